@@ -1,0 +1,154 @@
+//! The shared backend: PostgreSQL, for several Iris processes on one database.
+//!
+//! The same schema as SQLite (see `migrations/postgres`). Search uses a GIN index over a
+//! `tsvector` of each message (GIN's pending list keeps inserts cheap, so there is no separate
+//! indexer and no lag) and a `pg_trgm` GIN index for CJK text and substrings. Migrations take
+//! sqlx's advisory lock, so processes starting together do not race.
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
+use sqlx::{PgPool, Postgres};
+
+use super::search_text::{self, Terms};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+
+/// A session store in a PostgreSQL database.
+#[derive(Debug)]
+pub struct PostgresStore {
+    pool: PgPool,
+}
+
+impl PostgresStore {
+    const BACKEND: &'static str = "postgres";
+
+    /// Connects to `url` and applies pending migrations.
+    pub async fn connect(url: &str) -> super::StoreResult<Self> {
+        Self::connect_with(url.parse()?).await
+    }
+
+    /// Connects with explicit options (e.g. a `search_path` for an isolated schema) and
+    /// applies pending migrations.
+    pub async fn connect_with(options: PgConnectOptions) -> super::StoreResult<Self> {
+        let store = Self::connect_unmigrated(options).await?;
+        store.migrate_impl().await?;
+        Ok(store)
+    }
+
+    /// Connects without migrating (for `iris doctor`, which must see the schema as it is).
+    pub async fn connect_unmigrated(options: PgConnectOptions) -> super::StoreResult<Self> {
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options)
+            .await?;
+        Ok(Self { pool })
+    }
+
+    async fn begin_write(&self) -> sqlx::Result<sqlx::Transaction<'static, Postgres>> {
+        self.pool.begin().await
+    }
+
+    fn read_pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    fn is_retryable(err: &super::StoreError) -> bool {
+        match err {
+            // serialization_failure, deadlock_detected
+            super::StoreError::Database(sqlx::Error::Database(db)) => {
+                matches!(db.code().as_deref(), Some("40001" | "40P01"))
+            }
+            _ => false,
+        }
+    }
+
+    fn after_append(&self) {}
+
+    async fn ping_impl(&self) -> super::StoreResult<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn migrate_impl(&self) -> super::StoreResult<()> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn migration_status_impl(&self) -> super::StoreResult<super::MigrationStatus> {
+        let known = MIGRATOR.iter().map(|m| m.version).collect();
+        let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+            .fetch_one(&self.pool)
+            .await?;
+        let applied = if exists {
+            sqlx::query_scalar(
+                "SELECT version FROM _sqlx_migrations WHERE success ORDER BY version",
+            )
+            .fetch_all(&self.pool)
+            .await?
+        } else {
+            Vec::new()
+        };
+        Ok(super::MigrationStatus { known, applied })
+    }
+
+    async fn sync_index_impl(&self) -> super::StoreResult<u64> {
+        Ok(0)
+    }
+
+    async fn search_impl(
+        &self,
+        query: &super::SearchQuery,
+        terms: &Terms,
+        lineage: Option<&[String]>,
+    ) -> super::StoreResult<Vec<PgRow>> {
+        // Words match whole words in the word index, or, in rows with CJK text (where word
+        // boundaries are invisible: `用Rust写` is one word), as substrings — as on SQLite.
+        let mut sql = sqlx::QueryBuilder::<Postgres>::new(
+            "SELECT m.id, m.session_id, s.conversation_id, s.source, m.role, m.content, \
+             m.tool_name, m.tool_calls, m.created_at \
+             FROM messages m JOIN sessions s ON s.id = m.session_id WHERE TRUE",
+        );
+        const TEXT: &str = "iris_search_text(m.content, m.tool_name, m.tool_calls)";
+        if !terms.words.is_empty() {
+            sql.push(
+                " AND (iris_search_words(m.content, m.tool_name, m.tool_calls) \
+                 @@ to_tsquery('simple'::regconfig, ",
+            )
+            .push_bind(search_text::pg_tsquery(&terms.words))
+            .push(format!(") OR ({TEXT} ~ "))
+            .push_bind(search_text::cjk_char_class());
+            for word in &terms.words {
+                sql.push(format!(" AND {TEXT} ILIKE "))
+                    .push_bind(search_text::like_contains(word))
+                    .push(" ESCAPE '\\'");
+            }
+            sql.push("))");
+        }
+        for term in &terms.cjk {
+            sql.push(format!(" AND {TEXT} LIKE "))
+                .push_bind(search_text::like_contains(term))
+                .push(" ESCAPE '\\'");
+        }
+        if let Some(source) = &query.source {
+            sql.push(" AND s.source = ").push_bind(source.clone());
+        }
+        if let Some(role) = query.role {
+            sql.push(" AND m.role = ").push_bind(role.as_str());
+        }
+        if let Some(id) = query.conversation_id {
+            sql.push(" AND s.conversation_id = ").push_bind(id);
+        }
+        if let Some(ids) = lineage {
+            sql.push(" AND m.session_id = ANY(")
+                .push_bind(ids.to_vec())
+                .push(")");
+        }
+        sql.push(" ORDER BY m.id DESC LIMIT ")
+            .push_bind(super::effective_limit(query.limit, 20));
+        Ok(sql.build().fetch_all(&self.pool).await?)
+    }
+}
+
+impl_session_store!(PostgresStore, Postgres);

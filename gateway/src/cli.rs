@@ -1,0 +1,165 @@
+//! The command line: `iris serve | migrate | doctor | sessions …`.
+//!
+//! Each subcommand loads the configuration, sets up logging and runs; failures come back as
+//! one `anyhow` chain that `main` prints on one line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{self, Loaded, LogFormat};
+
+/// Iris: one daemon between your chats and your LLM agent.
+#[derive(Debug, Parser)]
+#[command(name = "iris", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Configuration file (default: $IRIS_HOME/iris.toml when it exists).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Log format, overriding log.format.
+    #[arg(long, global = true, value_enum)]
+    pub log_format: Option<LogFormat>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon: migrate the store, serve HTTP, stop cleanly on SIGINT/SIGTERM.
+    Serve(ServeArgs),
+    /// Apply pending store migrations and exit.
+    Migrate,
+    /// Check configuration, store, migrations and data directory; exit 1 if any fails.
+    Doctor,
+    /// Inspect stored sessions.
+    #[command(subcommand)]
+    Sessions(SessionsCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Listen address, overriding server.bind.
+    #[arg(long, value_name = "ADDR")]
+    pub bind: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// Sessions, newest first.
+    List {
+        /// Only sessions from this source (telegram, discord, webhook, api…).
+        #[arg(long)]
+        source: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One session: its lineage and its messages.
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Full-text search over every message.
+    Search {
+        /// Any text; no query syntax to get wrong.
+        query: Vec<String>,
+        #[arg(long)]
+        source: Option<String>,
+        /// Only messages with this role (user, assistant, tool, system).
+        #[arg(long)]
+        role: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs the parsed command line.
+pub async fn run(cli: Cli) -> Result<ExitCode> {
+    let mut loaded = config::load(cli.config.as_deref())?;
+    if let Some(format) = cli.log_format {
+        loaded.config.log.format = format;
+    }
+    let redactor = agent_core::redact::Redactor::with_secrets(loaded.secret_values());
+    match cli.command {
+        Command::Serve(args) => {
+            let _guard = crate::logging::init(&loaded.config.log, &loaded.home, redactor)?;
+            serve(loaded, args).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Migrate => {
+            let _guard = crate::logging::init(&quiet(&loaded), &loaded.home, redactor.clone())?;
+            let url = loaded.store_url();
+            let store = agent_core::store::open(&url)
+                .await
+                .with_context(|| format!("cannot open the store at {}", redactor.redact(&url)))?;
+            let status = store.migration_status().await?;
+            println!(
+                "store {} is at migration {} ({} known, all applied)",
+                redactor.redact(&url),
+                status.applied.last().copied().unwrap_or(0),
+                status.known.len()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Doctor => {
+            let _guard = crate::logging::init(&quiet(&loaded), &loaded.home, redactor.clone())?;
+            let all_passed = crate::doctor::run(&loaded, &redactor).await;
+            Ok(if all_passed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Command::Sessions(command) => {
+            let _guard = crate::logging::init(&quiet(&loaded), &loaded.home, redactor.clone())?;
+            crate::sessions::run(&loaded, command).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Short-lived commands log warnings only, so their output stays readable.
+fn quiet(loaded: &Loaded) -> config::LogConfig {
+    config::LogConfig {
+        level: "warn".into(),
+        file: false,
+        ..loaded.config.log.clone()
+    }
+}
+
+async fn serve(loaded: Loaded, args: ServeArgs) -> Result<()> {
+    let config = &loaded.config;
+    for (enabled, name) in [
+        (config.telegram.enabled, "telegram"),
+        (config.discord.enabled, "discord"),
+    ] {
+        if enabled {
+            bail!(
+                "{name}.enabled = true, but this build has no {name} adapter yet; set it to false"
+            );
+        }
+    }
+    let bind = args.bind.unwrap_or_else(|| config.server.bind.clone());
+    let url = loaded.store_url();
+    let redacted = agent_core::redact::Redactor::with_secrets(loaded.secret_values())
+        .redact(&url)
+        .into_owned();
+    let store = agent_core::store::open(&url)
+        .await
+        .with_context(|| format!("cannot open the store at {redacted}"))?;
+    tracing::info!(store = %redacted, config = ?loaded.file, "store ready");
+    let listener = tokio::net::TcpListener::bind(&bind)
+        .await
+        .with_context(|| format!("cannot listen on {bind}"))?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(crate::server::cancel_on_signal(shutdown.clone()));
+    crate::server::run(store, listener, shutdown).await
+}

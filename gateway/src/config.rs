@@ -1,0 +1,537 @@
+//! Configuration: defaults < `iris.toml` < environment (`IRIS__SECTION__KEY`).
+//!
+//! Every key is documented here and in `deploy/iris.example.toml` (a test parses that file).
+//! Parsing is strict: an unknown key is an error naming the key and where it came from, so a
+//! typo never silently falls back to a default. Secrets never sit in the file: a key ending in
+//! `_env` names the environment variable holding the secret, and [`Config::secret`] reads it
+//! verbatim (no number parsing, an empty variable counts as unset).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+/// A snapshot of the process environment. Loading reads only this, so tests can pass their
+/// own instead of changing the real environment.
+pub type Env = HashMap<String, String>;
+
+/// Where Iris keeps its state when nothing else is configured: `$IRIS_HOME`, else `~/.iris`.
+pub fn iris_home(env: &Env) -> PathBuf {
+    if let Some(home) = env.get("IRIS_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(home);
+    }
+    match env.get("HOME").filter(|v| !v.is_empty()) {
+        Some(home) => PathBuf::from(home).join(".iris"),
+        None => PathBuf::from(".iris"),
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// The HTTP server: webhook, API, health, metrics, admin.
+    pub server: ServerConfig,
+    /// The session store.
+    pub store: StoreConfig,
+    /// The main model.
+    pub llm: LlmConfig,
+    /// Context compression.
+    pub compression: CompressionConfig,
+    /// The conversation loop.
+    pub agent: AgentConfig,
+    /// `POST /hooks/<route>`.
+    pub webhook: WebhookConfig,
+    /// The OpenAI-compatible endpoint.
+    pub api: ApiConfig,
+    /// The Telegram adapter.
+    pub telegram: TelegramConfig,
+    /// The Discord adapter.
+    pub discord: DiscordConfig,
+    /// Logging.
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address of the HTTP server.
+    pub bind: String,
+    /// Names the variable holding the admin API token; without it the admin API is closed.
+    pub admin_token_env: String,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            bind: "127.0.0.1:8787".into(),
+            admin_token_env: "IRIS_ADMIN_TOKEN".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `sqlite://PATH` or `postgres://user@host/db`. Unset: `DATABASE_URL` if set, else
+    /// `sqlite://$IRIS_HOME/state.db`.
+    pub url: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LlmConfig {
+    /// `openai` (any OpenAI-compatible server) or `anthropic`.
+    pub provider: String,
+    /// The API base URL.
+    pub base_url: String,
+    /// The model name sent to the provider.
+    pub model: String,
+    /// Names the variable holding the API key. Unset: `OPENAI_API_KEY` or `ANTHROPIC_API_KEY`
+    /// by provider. The variable may be unset for local servers.
+    pub api_key_env: Option<String>,
+    /// The model's context window in tokens.
+    pub context_length: u64,
+    /// The most tokens one answer may use.
+    pub max_output_tokens: u64,
+    /// Providers tried in order when this one fails (same keys, no nesting).
+    pub fallback: Vec<LlmConfig>,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        Self {
+            provider: "openai".into(),
+            base_url: "https://api.openai.com/v1".into(),
+            model: "gpt-4o-mini".into(),
+            api_key_env: None,
+            context_length: 128_000,
+            max_output_tokens: 4096,
+            fallback: Vec::new(),
+        }
+    }
+}
+
+impl LlmConfig {
+    /// The variable that holds this provider's key.
+    pub fn key_env(&self) -> &str {
+        match (&self.api_key_env, self.provider.as_str()) {
+            (Some(name), _) => name,
+            (None, "anthropic") => "ANTHROPIC_API_KEY",
+            (None, _) => "OPENAI_API_KEY",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompressionConfig {
+    /// Compress automatically when the context grows past the threshold.
+    pub enabled: bool,
+    /// Threshold as a share of the context length.
+    pub threshold_percent: f64,
+    /// The threshold never goes below this many tokens.
+    pub min_threshold_tokens: u64,
+    /// Messages after the system prompt that are never compressed.
+    pub protect_first_n: u32,
+    /// Share of the threshold kept verbatim as the recent tail.
+    pub summary_target_ratio: f64,
+    /// The model that writes summaries; defaults to the main model.
+    pub model: Option<LlmConfig>,
+}
+
+impl Default for CompressionConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            threshold_percent: 0.50,
+            min_threshold_tokens: 64_000,
+            protect_first_n: 3,
+            summary_target_ratio: 0.20,
+            model: None,
+        }
+    }
+}
+
+/// What a conversation does with messages that arrive while a turn runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum BusyMode {
+    #[default]
+    Queue,
+    Interrupt,
+    Steer,
+    Collect,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Tool-loop iterations before one last call asks for a final answer.
+    pub max_iterations: u32,
+    /// The default busy mode: queue | interrupt | steer | collect.
+    pub busy_mode: BusyMode,
+    /// The system prompt of new sessions.
+    pub system_prompt: String,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            max_iterations: 90,
+            busy_mode: BusyMode::Queue,
+            system_prompt: "You are a helpful assistant.".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// Serve `POST /hooks/<route>`.
+    pub enabled: bool,
+    /// Larger bodies get 413.
+    pub max_body_bytes: u64,
+    /// How long a `wait: true` call waits before answering 202.
+    pub sync_timeout_secs: u64,
+    /// Routes by name.
+    pub routes: BTreeMap<String, WebhookRoute>,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_body_bytes: 1_048_576,
+            sync_timeout_secs: 120,
+            routes: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebhookRoute {
+    /// Names the variable holding the route's bearer token.
+    pub token_env: Option<String>,
+    /// Names the variable holding the route's HMAC-SHA256 secret.
+    pub secret_env: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApiConfig {
+    /// Serve `/v1/chat/completions` and `/v1/models`.
+    pub enabled: bool,
+    /// Names the variable holding the API key clients must send.
+    pub key_env: String,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            key_env: "IRIS_API_KEY".into(),
+        }
+    }
+}
+
+/// How the Telegram adapter receives updates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum TelegramMode {
+    #[default]
+    Polling,
+    Webhook,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelegramConfig {
+    /// Connect to Telegram.
+    pub enabled: bool,
+    /// Names the variable holding the bot token.
+    pub token_env: String,
+    /// The Bot API base URL (a local Bot API server, or the tests' fake).
+    pub api_url: String,
+    /// polling | webhook.
+    pub mode: TelegramMode,
+    /// User ids or @usernames allowed to talk to the bot; others get pairing codes in DMs.
+    pub allowed_users: Vec<String>,
+}
+
+impl Default for TelegramConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            token_env: "TELEGRAM_BOT_TOKEN".into(),
+            api_url: "https://api.telegram.org".into(),
+            mode: TelegramMode::Polling,
+            allowed_users: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DiscordConfig {
+    /// Connect to Discord.
+    pub enabled: bool,
+    /// Names the variable holding the bot token.
+    pub token_env: String,
+    /// REST base; requests go to `<api_url>/api/v10/…`.
+    pub api_url: String,
+    /// User ids allowed to talk to the bot.
+    pub allowed_users: Vec<String>,
+}
+
+impl Default for DiscordConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            token_env: "DISCORD_BOT_TOKEN".into(),
+            api_url: "https://discord.com".into(),
+            allowed_users: Vec::new(),
+        }
+    }
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    #[default]
+    Pretty,
+    Json,
+}
+
+/// How often the log file rotates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LogRotation {
+    Hourly,
+    #[default]
+    Daily,
+    Never,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// A `tracing` filter: `info`, `debug`, `iris=debug,sqlx=warn`… (`RUST_LOG` overrides).
+    pub level: String,
+    /// pretty | json.
+    pub format: LogFormat,
+    /// Also write to rotating files under `$IRIS_HOME/logs/`.
+    pub file: bool,
+    /// hourly | daily | never.
+    pub rotation: LogRotation,
+    /// Rotated files kept.
+    pub max_files: usize,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            level: "info".into(),
+            format: LogFormat::Pretty,
+            file: false,
+            rotation: LogRotation::Daily,
+            max_files: 7,
+        }
+    }
+}
+
+/// A loaded configuration and where it came from.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub config: Config,
+    /// The file read, if any.
+    pub file: Option<PathBuf>,
+    /// `$IRIS_HOME`.
+    pub home: PathBuf,
+    /// The environment it was loaded from; secrets are read from here.
+    pub env: Arc<Env>,
+}
+
+impl Loaded {
+    /// Reads a secret verbatim from the environment; empty counts as unset. Never parsed:
+    /// a token like `0012345` stays `0012345`.
+    pub fn secret(&self, name: &str) -> Option<String> {
+        self.env.get(name).filter(|v| !v.is_empty()).cloned()
+    }
+
+    /// The store URL: the configured one, else `DATABASE_URL`, else SQLite under `$IRIS_HOME`.
+    pub fn store_url(&self) -> String {
+        if let Some(url) = &self.config.store.url {
+            return expand_home(url, &self.home, &self.env);
+        }
+        if let Some(url) = self.secret("DATABASE_URL") {
+            return url;
+        }
+        format!("sqlite://{}", self.home.join("state.db").display())
+    }
+
+    /// Every secret value this configuration can reach, for the log redactor.
+    pub fn secret_values(&self) -> Vec<String> {
+        let c = &self.config;
+        let mut names: Vec<&str> = vec![
+            c.server.admin_token_env.as_str(),
+            c.api.key_env.as_str(),
+            c.telegram.token_env.as_str(),
+            c.discord.token_env.as_str(),
+            c.llm.key_env(),
+            "OPENAI_API_KEY",
+            "ANTHROPIC_API_KEY",
+        ];
+        names.extend(c.llm.fallback.iter().map(LlmConfig::key_env));
+        if let Some(model) = &c.compression.model {
+            names.push(model.key_env());
+        }
+        for route in c.webhook.routes.values() {
+            names.extend(route.token_env.as_deref());
+            names.extend(route.secret_env.as_deref());
+        }
+        let mut values: Vec<String> = names.into_iter().filter_map(|n| self.secret(n)).collect();
+        let url = self.store_url();
+        if let Some(password) = url_password(&url) {
+            values.push(password);
+        }
+        values
+    }
+}
+
+/// The password inside `scheme://user:password@host…`, if any.
+fn url_password(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let userinfo = rest.split('@').next().filter(|_| rest.contains('@'))?;
+    let password = userinfo.split_once(':')?.1;
+    (!password.is_empty()).then(|| password.to_owned())
+}
+
+/// Expands `~/` and `$IRIS_HOME` in a `sqlite://` URL.
+fn expand_home(url: &str, home: &Path, env: &Env) -> String {
+    let url = url.replace("$IRIS_HOME", &home.display().to_string());
+    match (url.strip_prefix("sqlite://~/"), env.get("HOME")) {
+        (Some(rest), Some(user_home)) => {
+            format!("sqlite://{}", Path::new(&user_home).join(rest).display())
+        }
+        _ => url,
+    }
+}
+
+/// Loads the configuration from the process environment; see [`load_with`].
+pub fn load(explicit: Option<&Path>) -> Result<Loaded> {
+    load_with(explicit, std::env::vars().collect())
+}
+
+/// Loads the configuration: `explicit` (from `--config`), else `$IRIS_HOME/iris.toml` when it
+/// exists, layered over the defaults and under `IRIS__SECTION__KEY` variables of `env`.
+pub fn load_with(explicit: Option<&Path>, env: Env) -> Result<Loaded> {
+    let home = iris_home(&env);
+    let file = match explicit {
+        Some(path) => {
+            if !path.is_file() {
+                bail!("config file {} does not exist", path.display());
+            }
+            Some(path.to_owned())
+        }
+        None => Some(home.join("iris.toml")).filter(|p| p.is_file()),
+    };
+
+    // The file alone first, so an unknown key is reported against the file.
+    if let Some(path) = &file {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config file {}", path.display()))?;
+        toml_check(&text).with_context(|| format!("invalid config file {}", path.display()))?;
+    }
+
+    let mut builder = config::Config::builder();
+    if let Some(path) = &file {
+        builder =
+            builder.add_source(config::File::from(path.as_path()).format(config::FileFormat::Toml));
+    }
+    builder = builder.add_source(
+        config::Environment::with_prefix("IRIS")
+            .prefix_separator("__")
+            .separator("__")
+            .ignore_empty(true)
+            .source(Some(env.clone())),
+    );
+    let layered = builder
+        .build()
+        .context("cannot assemble the configuration")?;
+    let config: Config = layered
+        .try_deserialize()
+        .context("invalid configuration from IRIS__* environment variables")?;
+    validate(&config)?;
+    Ok(Loaded {
+        config,
+        file,
+        home,
+        env: Arc::new(env),
+    })
+}
+
+/// Parses TOML text strictly into [`Config`].
+pub fn toml_check(text: &str) -> Result<Config> {
+    let config: Config = toml::from_str(text).map_err(|e| {
+        // One line: "line L, column C: message", not the multi-line rendering.
+        let message = e.message().trim().replace('\n', " ");
+        match e.span() {
+            Some(span) => {
+                let before = &text[..span.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+                anyhow::anyhow!("line {line}, column {column}: {message}")
+            }
+            None => anyhow::anyhow!("{message}"),
+        }
+    })?;
+    validate(&config)?;
+    Ok(config)
+}
+
+fn validate(config: &Config) -> Result<()> {
+    let llms = std::iter::once(&config.llm)
+        .chain(&config.llm.fallback)
+        .chain(config.compression.model.as_ref());
+    for llm in llms {
+        if !matches!(llm.provider.as_str(), "openai" | "anthropic") {
+            bail!(
+                "llm.provider must be \"openai\" or \"anthropic\", not {:?}",
+                llm.provider
+            );
+        }
+        if llm.context_length == 0 {
+            bail!("llm.context_length must be positive");
+        }
+    }
+    let c = &config.compression;
+    if !(0.0..=1.0).contains(&c.threshold_percent) || c.threshold_percent == 0.0 {
+        bail!(
+            "compression.threshold_percent must be in (0, 1], not {}",
+            c.threshold_percent
+        );
+    }
+    if !(0.0..=1.0).contains(&c.summary_target_ratio) || c.summary_target_ratio == 0.0 {
+        bail!(
+            "compression.summary_target_ratio must be in (0, 1], not {}",
+            c.summary_target_ratio
+        );
+    }
+    if config.server.bind.parse::<std::net::SocketAddr>().is_err() {
+        bail!(
+            "server.bind must be an address like 127.0.0.1:8787, not {:?}",
+            config.server.bind
+        );
+    }
+    for (name, route) in &config.webhook.routes {
+        if route.token_env.is_none() && route.secret_env.is_none() {
+            bail!("webhook.routes.{name} needs token_env or secret_env (routes never run open)");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,102 @@
+//! `iris doctor`: one line per check, and an exit code that says whether all passed.
+//!
+//! Checks: the configuration parsed (it did, or we would not be here), the data directory is
+//! writable, the store is reachable, and its migrations are current (looked at without
+//! applying them).
+
+use agent_core::redact::Redactor;
+
+use crate::config::Loaded;
+
+/// The outcome of one check.
+struct Check {
+    name: &'static str,
+    result: Result<String, String>,
+}
+
+/// Runs every check, prints them, and returns whether all passed.
+pub async fn run(loaded: &Loaded, redactor: &Redactor) -> bool {
+    let checks = vec![
+        Check {
+            name: "config",
+            result: Ok(match &loaded.file {
+                Some(path) => format!("{} parsed", path.display()),
+                None => "no file; defaults and IRIS__* environment".to_owned(),
+            }),
+        },
+        data_dir(loaded),
+        store(loaded, redactor).await,
+    ];
+    let mut all = true;
+    for check in &checks {
+        let (mark, detail) = match &check.result {
+            Ok(detail) => ("ok  ", detail),
+            Err(detail) => {
+                all = false;
+                ("FAIL", detail)
+            }
+        };
+        println!("{mark} {:<10} {}", check.name, redactor.redact(detail));
+    }
+    all
+}
+
+fn data_dir(loaded: &Loaded) -> Check {
+    let dir = &loaded.home;
+    let result = std::fs::create_dir_all(dir)
+        .and_then(|()| {
+            let probe = dir.join(format!(".doctor-{}", std::process::id()));
+            std::fs::write(&probe, b"ok")?;
+            std::fs::remove_file(&probe)
+        })
+        .map(|()| format!("{} is writable", dir.display()))
+        .map_err(|e| format!("{} is not writable: {e}", dir.display()));
+    Check {
+        name: "data dir",
+        result,
+    }
+}
+
+async fn store(loaded: &Loaded, redactor: &Redactor) -> Check {
+    let url = loaded.store_url();
+    let shown = redactor.redact(&url).into_owned();
+    let store = match agent_core::store::connect_unmigrated(&url).await {
+        Ok(store) => store,
+        Err(err) => {
+            return Check {
+                name: "store",
+                result: Err(format!("{shown}: {err}")),
+            };
+        }
+    };
+    if let Err(err) = store.ping().await {
+        return Check {
+            name: "store",
+            result: Err(format!("{shown}: {err}")),
+        };
+    }
+    let result = match store.migration_status().await {
+        Ok(status) if status.is_current() => Ok(format!(
+            "{shown} reachable ({}), migrations current ({} applied)",
+            store.backend(),
+            status.applied.len()
+        )),
+        Ok(status) => {
+            let missing: Vec<String> = status
+                .known
+                .iter()
+                .filter(|v| !status.applied.contains(v))
+                .map(ToString::to_string)
+                .collect();
+            Err(format!(
+                "{shown} reachable, but migrations {} are not applied; run `iris migrate`",
+                missing.join(", ")
+            ))
+        }
+        Err(err) => Err(format!("{shown}: cannot read migrations: {err}")),
+    };
+    Check {
+        name: "store",
+        result,
+    }
+}

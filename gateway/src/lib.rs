@@ -1,0 +1,22 @@
+//! The Iris daemon: configuration, logging, the HTTP server and the command line around the
+//! agent core.
+//!
+//! `main.rs` only parses arguments and calls into this library, so tests drive everything
+//! here on `127.0.0.1:0`.
+//!
+//! # Layout
+//! - [`cli`]: the command line and what each subcommand does.
+//! - [`config`]: configuration loading (defaults < file < environment), strict.
+//! - [`logging`]: `tracing` set-up with redaction at the sink.
+//! - [`server`]: the HTTP server (`/healthz`, `/readyz`) and its graceful shutdown.
+//! - [`doctor`]: `iris doctor`'s checks.
+//! - [`sessions`]: `iris sessions list|show|search`.
+
+pub mod cli;
+pub mod config;
+pub mod doctor;
+pub mod logging;
+pub mod server;
+pub mod sessions;
+
+pub use server::run;

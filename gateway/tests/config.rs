@@ -1,0 +1,245 @@
+//! Configuration loading: layering, strictness, secrets read verbatim, the example file.
+
+use std::path::{Path, PathBuf};
+
+use gateway::config::{self, BusyMode, Config, Env, LogFormat};
+
+fn env(pairs: &[(&str, &str)], home: &Path) -> Env {
+    let mut env: Env = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    env.entry("IRIS_HOME".into())
+        .or_insert_with(|| home.display().to_string());
+    env
+}
+
+fn example() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/iris.example.toml")
+}
+
+#[test]
+fn the_example_config_parses_and_documents_the_defaults() {
+    let text = std::fs::read_to_string(example()).expect("read example");
+    let parsed = config::toml_check(&text).expect("example parses");
+    let mut expected = Config::default();
+    expected.llm.api_key_env = Some("OPENAI_API_KEY".into());
+    expected.webhook.routes.insert(
+        "example".into(),
+        config::WebhookRoute {
+            token_env: Some("IRIS_HOOK_EXAMPLE_TOKEN".into()),
+            secret_env: None,
+        },
+    );
+    assert_eq!(parsed, expected, "the example must show the real defaults");
+}
+
+#[test]
+fn defaults_then_file_then_environment() {
+    let home = tempfile::tempdir().expect("dir");
+    let file = home.path().join("custom.toml");
+    std::fs::write(
+        &file,
+        "[llm]\nmodel = \"from-file\"\ncontext_length = 1000\n[agent]\nbusy_mode = \"steer\"\n",
+    )
+    .expect("write");
+    let loaded = config::load_with(
+        Some(&file),
+        env(
+            &[
+                ("IRIS__LLM__MODEL", "from-env"),
+                ("IRIS__LOG__FORMAT", "json"),
+            ],
+            home.path(),
+        ),
+    )
+    .expect("load");
+    assert_eq!(
+        loaded.config.llm.model, "from-env",
+        "environment beats the file"
+    );
+    assert_eq!(
+        loaded.config.llm.context_length, 1000,
+        "the file beats the defaults"
+    );
+    assert_eq!(loaded.config.agent.busy_mode, BusyMode::Steer);
+    assert_eq!(loaded.config.log.format, LogFormat::Json);
+    assert_eq!(
+        loaded.config.server.bind, "127.0.0.1:8787",
+        "defaults fill the rest"
+    );
+    assert_eq!(loaded.file.as_deref(), Some(file.as_path()));
+}
+
+#[test]
+fn iris_home_file_is_used_when_present_and_numbers_come_from_env() {
+    let home = tempfile::tempdir().expect("dir");
+    std::fs::write(
+        home.path().join("iris.toml"),
+        "[webhook]\nsync_timeout_secs = 5\n",
+    )
+    .expect("write");
+    let loaded = config::load_with(
+        None,
+        env(&[("IRIS__LLM__MAX_OUTPUT_TOKENS", "512")], home.path()),
+    )
+    .expect("load");
+    assert_eq!(loaded.config.webhook.sync_timeout_secs, 5);
+    assert_eq!(loaded.config.llm.max_output_tokens, 512);
+}
+
+#[test]
+fn an_empty_variable_does_not_override_the_file() {
+    let home = tempfile::tempdir().expect("dir");
+    std::fs::write(home.path().join("iris.toml"), "[llm]\nmodel = \"kept\"\n").expect("write");
+    let loaded =
+        config::load_with(None, env(&[("IRIS__LLM__MODEL", "")], home.path())).expect("load");
+    assert_eq!(loaded.config.llm.model, "kept");
+}
+
+#[test]
+fn unknown_keys_name_the_key_and_the_file() {
+    let home = tempfile::tempdir().expect("dir");
+    let file = home.path().join("iris.toml");
+    std::fs::write(&file, "[server]\nbind = \"127.0.0.1:1\"\nbnid = \"oops\"\n").expect("write");
+    let err = config::load_with(None, env(&[], home.path())).expect_err("must fail");
+    let text = format!("{err:#}");
+    assert!(
+        text.contains("bnid") && text.contains(&file.display().to_string()),
+        "{text}"
+    );
+    assert!(text.contains("line 3"), "{text}");
+    assert!(!text.contains('\n'), "one line: {text}");
+
+    let err = config::load_with(
+        None,
+        env(
+            &[("IRIS__STORE__URLL", "x")],
+            tempfile::tempdir().expect("dir").path(),
+        ),
+    )
+    .expect_err("must fail");
+    let text = format!("{err:#}");
+    assert!(text.contains("urll") && text.contains("IRIS__"), "{text}");
+}
+
+#[test]
+fn invalid_values_are_refused_with_the_key() {
+    let home = tempfile::tempdir().expect("dir");
+    for (toml, key) in [
+        ("[llm]\nprovider = \"gemini\"\n", "llm.provider"),
+        (
+            "[compression]\nthreshold_percent = 1.5\n",
+            "compression.threshold_percent",
+        ),
+        ("[server]\nbind = \"localhost\"\n", "server.bind"),
+        ("[webhook.routes.open]\n", "webhook.routes.open"),
+        ("[agent]\nbusy_mode = \"panic\"\n", "busy_mode"),
+    ] {
+        let file = home.path().join("bad.toml");
+        std::fs::write(&file, toml).expect("write");
+        let err = config::load_with(Some(&file), env(&[], home.path())).expect_err("must fail");
+        let text = format!("{err:#}");
+        assert!(
+            text.contains(key) || text.contains("panic"),
+            "{toml:?} gave {text}"
+        );
+    }
+    let missing = home.path().join("missing.toml");
+    let err = config::load_with(Some(&missing), env(&[], home.path())).expect_err("must fail");
+    assert!(format!("{err:#}").contains("missing.toml"));
+}
+
+#[test]
+fn secrets_are_read_verbatim_and_empty_means_unset() {
+    let home = tempfile::tempdir().expect("dir");
+    let loaded = config::load_with(
+        None,
+        env(
+            &[
+                ("TELEGRAM_BOT_TOKEN", "0012345"),
+                ("OPENAI_API_KEY", ""),
+                ("IRIS_API_KEY", " spaced "),
+            ],
+            home.path(),
+        ),
+    )
+    .expect("load");
+    assert_eq!(
+        loaded.secret("TELEGRAM_BOT_TOKEN").as_deref(),
+        Some("0012345")
+    );
+    assert_eq!(loaded.secret("OPENAI_API_KEY"), None);
+    assert_eq!(loaded.secret("IRIS_API_KEY").as_deref(), Some(" spaced "));
+    let values = loaded.secret_values();
+    assert!(values.contains(&"0012345".to_owned()));
+}
+
+#[test]
+fn store_url_prefers_config_then_database_url_then_iris_home() {
+    let home = tempfile::tempdir().expect("dir");
+    let loaded = config::load_with(None, env(&[], home.path())).expect("load");
+    assert_eq!(
+        loaded.store_url(),
+        format!("sqlite://{}", home.path().join("state.db").display())
+    );
+
+    let pg = "postgres://iris:pw-from-env@db/iris";
+    let loaded = config::load_with(None, env(&[("DATABASE_URL", pg)], home.path())).expect("load");
+    assert_eq!(loaded.store_url(), pg);
+    assert!(
+        loaded.secret_values().contains(&"pw-from-env".to_owned()),
+        "the DB password is redacted"
+    );
+
+    let loaded = config::load_with(
+        None,
+        env(
+            &[
+                ("DATABASE_URL", pg),
+                ("IRIS__STORE__URL", "sqlite://$IRIS_HOME/other.db"),
+            ],
+            home.path(),
+        ),
+    )
+    .expect("load");
+    assert_eq!(
+        loaded.store_url(),
+        format!("sqlite://{}/other.db", home.path().display())
+    );
+
+    let loaded = config::load_with(
+        None,
+        env(
+            &[
+                ("IRIS__STORE__URL", "sqlite://~/x.db"),
+                ("HOME", "/home/someone"),
+            ],
+            home.path(),
+        ),
+    )
+    .expect("load");
+    assert_eq!(loaded.store_url(), "sqlite:///home/someone/x.db");
+}
+
+#[test]
+fn anthropic_defaults_to_its_own_key_variable() {
+    let home = tempfile::tempdir().expect("dir");
+    let loaded = config::load_with(
+        None,
+        env(
+            &[
+                ("IRIS__LLM__PROVIDER", "anthropic"),
+                ("ANTHROPIC_API_KEY", "sk-ant-xyz-1234"),
+            ],
+            home.path(),
+        ),
+    )
+    .expect("load");
+    assert_eq!(loaded.config.llm.key_env(), "ANTHROPIC_API_KEY");
+    assert!(
+        loaded
+            .secret_values()
+            .contains(&"sk-ant-xyz-1234".to_owned())
+    );
+}

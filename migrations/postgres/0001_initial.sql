@@ -1,0 +1,103 @@
+-- Iris session store, PostgreSQL. The same logical schema as migrations/sqlite. See DESIGN.md §4.
+
+CREATE EXTENSION IF NOT EXISTS pg_trgm;
+
+CREATE TABLE conversations (
+    id                 BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    key                TEXT NOT NULL UNIQUE,
+    source             TEXT NOT NULL,
+    chat_id            TEXT,
+    thread_id          TEXT,
+    user_id            TEXT,
+    current_session_id TEXT,
+    settings           TEXT NOT NULL DEFAULT '{}',
+    created_at         TIMESTAMPTZ NOT NULL,
+    updated_at         TIMESTAMPTZ NOT NULL
+);
+
+CREATE TABLE sessions (
+    id                 TEXT PRIMARY KEY,
+    conversation_id    BIGINT NOT NULL REFERENCES conversations(id),
+    source             TEXT NOT NULL,
+    parent_session_id  TEXT REFERENCES sessions(id),
+    started_at         TIMESTAMPTZ NOT NULL,
+    ended_at           TIMESTAMPTZ,
+    end_reason         TEXT,
+    title              TEXT UNIQUE,
+    model              TEXT,
+    system_prompt      TEXT,
+    input_tokens       BIGINT NOT NULL DEFAULT 0,
+    output_tokens      BIGINT NOT NULL DEFAULT 0,
+    cache_read_tokens  BIGINT NOT NULL DEFAULT 0,
+    cache_write_tokens BIGINT NOT NULL DEFAULT 0,
+    reasoning_tokens   BIGINT NOT NULL DEFAULT 0,
+    estimated_cost_usd DOUBLE PRECISION NOT NULL DEFAULT 0,
+    api_call_count     BIGINT NOT NULL DEFAULT 0,
+    message_count      BIGINT NOT NULL DEFAULT 0,
+    tool_call_count    BIGINT NOT NULL DEFAULT 0,
+    compression_count  BIGINT NOT NULL DEFAULT 0
+);
+CREATE INDEX sessions_conversation ON sessions(conversation_id, started_at);
+CREATE INDEX sessions_parent ON sessions(parent_session_id);
+CREATE INDEX sessions_source ON sessions(source, started_at);
+
+-- What search sees of a message: its text, tool name and tool-call arguments.
+CREATE FUNCTION iris_search_text(content TEXT, tool_name TEXT, tool_calls TEXT) RETURNS TEXT
+    LANGUAGE SQL IMMUTABLE PARALLEL SAFE
+    RETURN coalesce(content, '') || ' ' || coalesce(tool_name, '') || ' ' || coalesce(tool_calls, '');
+-- Its words: punctuation folded to spaces first, so that text splits into words the way the
+-- SQLite store splits it (the default parser would keep URLs, paths and versions whole).
+CREATE FUNCTION iris_search_words(content TEXT, tool_name TEXT, tool_calls TEXT) RETURNS tsvector
+    LANGUAGE SQL IMMUTABLE PARALLEL SAFE
+    RETURN to_tsvector('simple'::regconfig,
+        regexp_replace(iris_search_text(content, tool_name, tool_calls), '[^[:alnum:]]+', ' ', 'g'));
+
+CREATE TABLE messages (
+    id                  BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    session_id          TEXT NOT NULL REFERENCES sessions(id),
+    role                TEXT NOT NULL,
+    content             TEXT,
+    tool_call_id        TEXT,
+    tool_calls          TEXT,
+    tool_name           TEXT,
+    created_at          TIMESTAMPTZ NOT NULL,
+    token_count         BIGINT,
+    finish_reason       TEXT,
+    reasoning           TEXT,
+    platform_message_id TEXT,
+    active              BOOLEAN NOT NULL DEFAULT TRUE
+);
+CREATE INDEX messages_session ON messages(session_id, id);
+-- Word search (GIN's pending list keeps inserts cheap) and substring/CJK search.
+CREATE INDEX messages_words ON messages USING GIN (iris_search_words(content, tool_name, tool_calls));
+CREATE INDEX messages_trigram ON messages USING GIN (
+    iris_search_text(content, tool_name, tool_calls) gin_trgm_ops
+);
+
+CREATE TABLE inbox (
+    id                  BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    source              TEXT NOT NULL,
+    platform_message_id TEXT NOT NULL,
+    conversation_key    TEXT NOT NULL,
+    payload             TEXT NOT NULL,
+    state               TEXT NOT NULL DEFAULT 'accepted',
+    attempts            BIGINT NOT NULL DEFAULT 0,
+    received_at         TIMESTAMPTZ NOT NULL,
+    updated_at          TIMESTAMPTZ NOT NULL,
+    UNIQUE (source, platform_message_id)
+);
+CREATE INDEX inbox_unfinished ON inbox(state, id);
+
+CREATE TABLE outbox (
+    id                   BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    inbox_id             BIGINT REFERENCES inbox(id),
+    target               TEXT NOT NULL,
+    payload              TEXT NOT NULL,
+    state                TEXT NOT NULL DEFAULT 'pending',
+    attempts             BIGINT NOT NULL DEFAULT 0,
+    platform_message_ids TEXT NOT NULL DEFAULT '[]',
+    created_at           TIMESTAMPTZ NOT NULL,
+    delivered_at         TIMESTAMPTZ
+);
+CREATE UNIQUE INDEX outbox_turn_target ON outbox(inbox_id, target) WHERE inbox_id IS NOT NULL;
+CREATE INDEX outbox_pending ON outbox(state, id);
