@@ -83,7 +83,15 @@ pub enum SessionsCommand {
 
 /// Runs the parsed command line.
 pub async fn run(cli: Cli) -> Result<ExitCode> {
-    let mut loaded = config::load(cli.config.as_deref())?;
+    let mut loaded = match config::load(cli.config.as_deref()) {
+        Ok(loaded) => loaded,
+        // `doctor` reports a broken configuration as a failed check, like any other.
+        Err(err) if matches!(cli.command, Command::Doctor) => {
+            println!("FAIL {:<10} {err:#}", "config");
+            return Ok(ExitCode::FAILURE);
+        }
+        Err(err) => return Err(err),
+    };
     if let Some(format) = cli.log_format {
         loaded.config.log.format = format;
     }

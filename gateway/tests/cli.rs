@@ -49,7 +49,13 @@ fn bad_config_is_one_line_naming_key_and_file() {
     let home = tempfile::tempdir().expect("dir");
     let file = home.path().join("iris.toml");
     std::fs::write(&file, "[telegram]\nenabeld = true\n").expect("write");
-    let (code, _, err) = run(iris(home.path()).arg("doctor"));
+    let (code, out, _) = run(iris(home.path()).arg("doctor"));
+    assert_eq!(code, 1);
+    assert!(
+        out.starts_with("FAIL config") && out.contains("enabeld"),
+        "doctor reports it as a check: {out}"
+    );
+    let (code, _, err) = run(iris(home.path()).arg("migrate"));
     assert_eq!(code, 1);
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     assert!(

@@ -45,6 +45,12 @@ CREATE INDEX sessions_source ON sessions(source, started_at);
 CREATE FUNCTION iris_search_text(content TEXT, tool_name TEXT, tool_calls TEXT) RETURNS TEXT
     LANGUAGE SQL IMMUTABLE PARALLEL SAFE
     RETURN coalesce(content, '') || ' ' || coalesce(tool_name, '') || ' ' || coalesce(tool_calls, '');
+-- Whether it holds CJK text (Han, kana, Hangul; the same ranges as search_text.rs). Only such
+-- rows go into the trigram index: word search serves the rest, and trigram maintenance is the
+-- most expensive part of an insert.
+CREATE FUNCTION iris_has_cjk(content TEXT, tool_name TEXT, tool_calls TEXT) RETURNS BOOLEAN
+    LANGUAGE SQL IMMUTABLE PARALLEL SAFE
+    RETURN iris_search_text(content, tool_name, tool_calls) ~ '[ᄀ-ᇿ⺀-⿟぀-ヿ㄀-ㄯ㄰-㆏ㇰ-ㇿ㐀-䶿一-鿿ꥠ-꥿가-퟿豈-﫿ｦ-ﾟ𠀀-𿿿]';
 -- Its words: punctuation folded to spaces first, so that text splits into words the way the
 -- SQLite store splits it (the default parser would keep URLs, paths and versions whole).
 CREATE FUNCTION iris_search_words(content TEXT, tool_name TEXT, tool_calls TEXT) RETURNS tsvector
@@ -68,11 +74,11 @@ CREATE TABLE messages (
     active              BOOLEAN NOT NULL DEFAULT TRUE
 );
 CREATE INDEX messages_session ON messages(session_id, id);
--- Word search (GIN's pending list keeps inserts cheap) and substring/CJK search.
+-- Word search (GIN's pending list keeps inserts cheap) and substring search in CJK rows.
 CREATE INDEX messages_words ON messages USING GIN (iris_search_words(content, tool_name, tool_calls));
 CREATE INDEX messages_trigram ON messages USING GIN (
     iris_search_text(content, tool_name, tool_calls) gin_trgm_ops
-);
+) WHERE iris_has_cjk(content, tool_name, tool_calls);
 
 CREATE TABLE inbox (
     id                  BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

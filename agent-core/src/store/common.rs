@@ -10,10 +10,15 @@
 //! - `read_pool()`: where reads go;
 //! - `is_retryable(&StoreError)`: which failures a write retries (SQLite busy/locked,
 //!   PostgreSQL serialization failures) with jittered backoff;
+//! - `append_impl()`: appends messages (SQLite does it in one round trip);
 //! - `after_append()`: a hook after messages are committed (SQLite wakes its indexer);
 //! - `ping_impl`, `migrate_impl`, `migration_status_impl`, `search_impl`, `sync_index_impl`.
 
 use std::time::Duration;
+
+/// Messages per `INSERT` statement: 11 parameters a row keeps a statement far below SQLite's
+/// variable limit.
+pub(crate) const APPEND_CHUNK: usize = 500;
 
 /// How often a write is retried when the database is busy.
 pub(crate) const MAX_WRITE_RETRIES: u32 = 12;
@@ -183,6 +188,51 @@ macro_rules! impl_session_store {
             }
         }
 
+        /// Pushes `INSERT INTO messages … RETURNING id` for `chunk` (at most
+        /// [`APPEND_CHUNK`]($crate::store::common::APPEND_CHUNK) rows).
+        fn push_insert_messages(
+            sql: &mut sqlx::QueryBuilder<$db>,
+            session_id: &str,
+            chunk: &[NewMessage],
+            now: chrono::DateTime<chrono::Utc>,
+        ) -> StoreResult<()> {
+            let mut tool_calls = Vec::with_capacity(chunk.len());
+            for m in chunk {
+                tool_calls.push(m.tool_calls.as_ref().map(serde_json::to_string).transpose()?);
+            }
+            sql.push(
+                "INSERT INTO messages (session_id, role, content, tool_call_id, tool_calls, \
+                 tool_name, created_at, token_count, finish_reason, reasoning, \
+                 platform_message_id) ",
+            );
+            sql.push_values(chunk.iter().zip(tool_calls), |mut row, (m, calls)| {
+                row.push_bind(session_id.to_owned())
+                    .push_bind(m.role.as_str())
+                    .push_bind(m.content.clone())
+                    .push_bind(m.tool_call_id.clone())
+                    .push_bind(calls)
+                    .push_bind(m.tool_name.clone())
+                    .push_bind(now)
+                    .push_bind(m.token_count)
+                    .push_bind(m.finish_reason.clone())
+                    .push_bind(m.reasoning.clone())
+                    .push_bind(m.platform_message_id.clone());
+            });
+            sql.push(" RETURNING id");
+            Ok(())
+        }
+
+        /// Pushes the `UPDATE sessions` that counts `messages` and their tool calls.
+        fn push_counter_update(sql: &mut sqlx::QueryBuilder<$db>, session_id: &str, messages: &[NewMessage]) {
+            let tool_calls: i64 = messages.iter().map(NewMessage::tool_call_len).sum();
+            sql.push("UPDATE sessions SET message_count = message_count + ")
+                .push_bind(messages.len() as i64)
+                .push(", tool_call_count = tool_call_count + ")
+                .push_bind(tool_calls)
+                .push(" WHERE id = ")
+                .push_bind(session_id.to_owned());
+        }
+
         impl $store {
             async fn session_in(tx: &mut Tx, id: &str) -> StoreResult<Session> {
                 let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1");
@@ -298,47 +348,18 @@ macro_rules! impl_session_store {
                 }
                 let now = chrono::Utc::now();
                 let mut ids = Vec::with_capacity(messages.len());
-                // 11 parameters a row keeps each statement far below SQLite's variable limit.
-                for chunk in messages.chunks(500) {
-                    let mut tool_calls = Vec::with_capacity(chunk.len());
-                    for m in chunk {
-                        tool_calls.push(m.tool_calls.as_ref().map(serde_json::to_string).transpose()?);
-                    }
-                    let mut insert = sqlx::QueryBuilder::<$db>::new(
-                        "INSERT INTO messages (session_id, role, content, tool_call_id, tool_calls, \
-                         tool_name, created_at, token_count, finish_reason, reasoning, \
-                         platform_message_id) ",
-                    );
-                    insert.push_values(chunk.iter().zip(tool_calls), |mut row, (m, calls)| {
-                        row.push_bind(session_id)
-                            .push_bind(m.role.as_str())
-                            .push_bind(m.content.clone())
-                            .push_bind(m.tool_call_id.clone())
-                            .push_bind(calls)
-                            .push_bind(m.tool_name.clone())
-                            .push_bind(now)
-                            .push_bind(m.token_count)
-                            .push_bind(m.finish_reason.clone())
-                            .push_bind(m.reasoning.clone())
-                            .push_bind(m.platform_message_id.clone());
-                    });
-                    insert.push(" RETURNING id");
+                for chunk in messages.chunks($crate::store::common::APPEND_CHUNK) {
+                    let mut insert = sqlx::QueryBuilder::<$db>::new("");
+                    push_insert_messages(&mut insert, session_id, chunk, now)?;
                     let mut chunk_ids: Vec<i64> =
                         insert.build_query_scalar().fetch_all(&mut **tx).await?;
                     // RETURNING order is not promised; ids are assigned in insert order.
                     chunk_ids.sort_unstable();
                     ids.extend(chunk_ids);
                 }
-                let tool_calls: i64 = messages.iter().map(NewMessage::tool_call_len).sum();
-                let updated = sqlx::query(
-                    "UPDATE sessions SET message_count = message_count + $1, \
-                     tool_call_count = tool_call_count + $2 WHERE id = $3",
-                )
-                .bind(messages.len() as i64)
-                .bind(tool_calls)
-                .bind(session_id)
-                .execute(&mut **tx)
-                .await?;
+                let mut update = sqlx::QueryBuilder::<$db>::new("");
+                push_counter_update(&mut update, session_id, messages);
+                let updated = update.build().execute(&mut **tx).await?;
                 if updated.rows_affected() == 0 {
                     return Err(StoreError::NotFound { what: "session", id: session_id.to_owned() });
                 }
@@ -731,7 +752,7 @@ macro_rules! impl_session_store {
                 session_id: &str,
                 messages: &[NewMessage],
             ) -> StoreResult<Vec<i64>> {
-                let ids = write_tx!(self, |tx| { Self::append_in(&mut tx, session_id, messages).await? })?;
+                let ids = self.append_impl(session_id, messages).await?;
                 self.after_append();
                 Ok(ids)
             }

@@ -66,6 +66,16 @@ impl PostgresStore {
 
     fn after_append(&self) {}
 
+    async fn append_impl(
+        &self,
+        session_id: &str,
+        messages: &[super::NewMessage],
+    ) -> super::StoreResult<Vec<i64>> {
+        write_tx!(self, |tx| {
+            Self::append_in(&mut tx, session_id, messages).await?
+        })
+    }
+
     async fn ping_impl(&self) -> super::StoreResult<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
@@ -111,20 +121,24 @@ impl PostgresStore {
              FROM messages m JOIN sessions s ON s.id = m.session_id WHERE TRUE",
         );
         const TEXT: &str = "iris_search_text(m.content, m.tool_name, m.tool_calls)";
+        const HAS_CJK: &str = "iris_has_cjk(m.content, m.tool_name, m.tool_calls)";
         if !terms.words.is_empty() {
             sql.push(
                 " AND (iris_search_words(m.content, m.tool_name, m.tool_calls) \
                  @@ to_tsquery('simple'::regconfig, ",
             )
             .push_bind(search_text::pg_tsquery(&terms.words))
-            .push(format!(") OR ({TEXT} ~ "))
-            .push_bind(search_text::cjk_char_class());
+            .push(format!(") OR ({HAS_CJK}"));
             for word in &terms.words {
                 sql.push(format!(" AND {TEXT} ILIKE "))
                     .push_bind(search_text::like_contains(word))
                     .push(" ESCAPE '\\'");
             }
             sql.push("))");
+        }
+        if !terms.cjk.is_empty() {
+            // Repeats the trigram index's predicate, so the planner can use that index.
+            sql.push(format!(" AND {HAS_CJK}"));
         }
         for term in &terms.cjk {
             sql.push(format!(" AND {TEXT} LIKE "))

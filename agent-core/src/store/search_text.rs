@@ -45,8 +45,10 @@ pub(crate) fn is_cjk(c: char) -> bool {
     CJK_RANGES.iter().any(|&(lo, hi)| (lo..=hi).contains(&c))
 }
 
-/// A regular-expression bracket expression matching any CJK character (for PostgreSQL's `~`).
-pub(crate) fn cjk_char_class() -> String {
+/// A regular-expression bracket expression matching any CJK character; PostgreSQL's
+/// `iris_has_cjk` (migrations/postgres) must use exactly this, which a test checks.
+#[cfg(test)]
+fn cjk_char_class() -> String {
     let mut class = String::from("[");
     for &(lo, hi) in CJK_RANGES {
         for c in [lo, hi] {
@@ -267,6 +269,11 @@ mod tests {
         assert!(
             class.starts_with("[\u{1100}-\u{11FF}") && class.ends_with("\u{3FFFF}]"),
             "{class}"
+        );
+        let migration = include_str!("../../../migrations/postgres/0001_initial.sql");
+        assert!(
+            migration.contains(&format!("~ '{class}'")),
+            "iris_has_cjk drifted from CJK_RANGES"
         );
     }
 

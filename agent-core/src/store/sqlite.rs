@@ -89,7 +89,10 @@ impl SqliteStore {
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(5))
             .pragma("temp_store", "memory");
+        // No ping before each acquire: these are local files, and the ping is a round trip to
+        // the worker thread on every write.
         let writer = SqlitePoolOptions::new()
+            .test_before_acquire(false)
             .max_connections(1)
             .min_connections(1)
             .acquire_timeout(Duration::from_secs(60))
@@ -97,6 +100,7 @@ impl SqliteStore {
             .await
             .map_err(|e| unwritable(&path, e))?;
         let store_reader = SqlitePoolOptions::new()
+            .test_before_acquire(false)
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(30))
             .connect_lazy_with(options.read_only(true));
@@ -132,6 +136,51 @@ impl SqliteStore {
             }
             super::StoreError::Database(sqlx::Error::PoolTimedOut) => true,
             _ => false,
+        }
+    }
+
+    /// Appends in one round trip to the writer: `BEGIN IMMEDIATE; INSERT … RETURNING id;
+    /// UPDATE sessions …; COMMIT` as one multi-statement query. Each statement is a hop to
+    /// sqlx's SQLite worker thread, and at one message per append those hops, not SQLite,
+    /// were most of the cost. Larger appends take the general path.
+    async fn append_impl(
+        &self,
+        session_id: &str,
+        messages: &[super::NewMessage],
+    ) -> super::StoreResult<Vec<i64>> {
+        if messages.is_empty() || messages.len() > super::common::APPEND_CHUNK {
+            return write_tx!(self, |tx| {
+                Self::append_in(&mut tx, session_id, messages).await?
+            });
+        }
+        let mut attempt = 0;
+        loop {
+            let mut conn = self.writer.acquire().await?;
+            let mut sql = sqlx::QueryBuilder::<Sqlite>::new("BEGIN IMMEDIATE; ");
+            push_insert_messages(&mut sql, session_id, messages, chrono::Utc::now())?;
+            sql.push("; ");
+            push_counter_update(&mut sql, session_id, messages);
+            sql.push("; COMMIT");
+            let result: sqlx::Result<Vec<i64>> =
+                sql.build_query_scalar().fetch_all(&mut *conn).await;
+            let err = match result {
+                Ok(mut ids) => {
+                    ids.sort_unstable();
+                    return Ok(ids);
+                }
+                Err(err) => super::StoreError::Database(err),
+            };
+            // Whatever failed, leave no transaction open on the shared writer.
+            if let Err(rollback) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
+                tracing::trace!(error = %rollback, "nothing to roll back");
+            }
+            drop(conn);
+            if attempt < super::common::MAX_WRITE_RETRIES && Self::is_retryable(&err) {
+                attempt += 1;
+                tokio::time::sleep(super::common::retry_delay(attempt)).await;
+                continue;
+            }
+            return Err(err);
         }
     }
 
@@ -252,13 +301,16 @@ impl SqliteStore {
     }
 }
 
-/// The common head of both search queries, driven by `table` so FTS5 returns newest first.
+/// The common head of both search queries. `CROSS JOIN` fixes the join order: the index
+/// drives, newest first, and stops after `limit` hits. Left to itself the planner may start
+/// from a selective-looking filter (`sessions.source`) and evaluate the full-text match once
+/// per message of that source — seconds instead of milliseconds on a large store.
 fn search_select(table: &str) -> sqlx::QueryBuilder<Sqlite> {
     sqlx::QueryBuilder::new(format!(
         "SELECT m.id, m.session_id, s.conversation_id, s.source, m.role, m.content, \
          m.tool_name, m.tool_calls, m.created_at \
-         FROM {table} JOIN messages m ON m.id = {table}.rowid \
-         JOIN sessions s ON s.id = m.session_id WHERE "
+         FROM {table} CROSS JOIN messages m ON m.id = {table}.rowid \
+         CROSS JOIN sessions s ON s.id = m.session_id WHERE "
     ))
 }
 
