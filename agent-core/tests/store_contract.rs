@@ -258,6 +258,14 @@ async fn append_to_unknown_session_writes_nothing(store: Arc<dyn SessionStore>) 
         .append_messages("19990101_000000_abcdef", &[user("lost?")])
         .await;
     assert!(err.is_err(), "appending to a missing session must fail");
+    // The failed write left nothing behind on the writer: the next append commits normally.
+    let (_, sid) = started(&store, "api:after-failure").await;
+    let ids = store
+        .append_messages(&sid, &[user("kept")])
+        .await
+        .expect("append after a failure");
+    assert_eq!(ids.len(), 1);
+    assert_eq!(store.messages(&sid).await.expect("load").len(), 1);
     store.sync_search_index().await.expect("index");
     let hits = store
         .search(&SearchQuery {
