@@ -30,6 +30,15 @@ async fn sqlite() -> Backend {
 }
 
 async fn postgres() -> Option<Backend> {
+    let store = postgres_store().await?;
+    Some(Backend {
+        store: Arc::new(store),
+        _dir: None,
+    })
+}
+
+/// A PostgreSQL store in a fresh schema of `DATABASE_URL`.
+async fn postgres_store() -> Option<agent_core::store::PostgresStore> {
     use sqlx::postgres::PgConnectOptions;
     let Ok(url) = std::env::var("DATABASE_URL") else {
         let required = std::env::var("IRIS_TEST_REQUIRE_POSTGRES").is_ok_and(|v| v == "true");
@@ -64,10 +73,7 @@ async fn postgres() -> Option<Backend> {
     let store = agent_core::store::PostgresStore::connect_with(options)
         .await
         .expect("open postgres");
-    Some(Backend {
-        store: Arc::new(store),
-        _dir: None,
-    })
+    Some(store)
 }
 
 /// Instantiates each contract test for both backends.
@@ -1140,4 +1146,76 @@ async fn migrations_are_current(store: Arc<dyn SessionStore>) {
     assert!(status.is_current(), "{status:?}");
     store.migrate().await.expect("migrating again is a no-op");
     store.ping().await.expect("ping");
+}
+
+/// PostgreSQL searches the newest messages first and the older ones through the indexes; the
+/// two steps together must give exactly what one ordered query would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_two_step_search_matches_a_single_ordered_query() {
+    let Some(mut small) = postgres_store().await else {
+        return;
+    };
+    small.set_search_window(7);
+    let small: Arc<dyn SessionStore> = Arc::new(small);
+    let (_, a) = started(&small, "telegram:dm:steps-a").await;
+    let (_, b) = started(&small, "discord:dm:steps-b").await;
+    for i in 0..40 {
+        let sid = if i % 3 == 0 { &b } else { &a };
+        let text = if i % 4 == 0 {
+            format!("alpha beta {i}")
+        } else {
+            format!("gamma {i} 数据库")
+        };
+        small
+            .append_messages(sid, &[user(&text)])
+            .await
+            .expect("append");
+    }
+    let all_alpha = small
+        .search(&SearchQuery {
+            limit: 100,
+            ..text("alpha")
+        })
+        .await
+        .expect("search");
+    assert_eq!(all_alpha.len(), 10);
+    assert!(
+        all_alpha
+            .windows(2)
+            .all(|w| w[0].message_id > w[1].message_id),
+        "newest first"
+    );
+    for limit in [1, 3, 5, 9, 10] {
+        let page = small
+            .search(&SearchQuery {
+                limit,
+                ..text("alpha")
+            })
+            .await
+            .expect("search");
+        let ids: Vec<_> = page.iter().map(|h| h.message_id).collect();
+        let expected: Vec<_> = all_alpha
+            .iter()
+            .take(limit as usize)
+            .map(|h| h.message_id)
+            .collect();
+        assert_eq!(ids, expected, "limit {limit}");
+    }
+    let filtered = small
+        .search(&SearchQuery {
+            source: Some("discord".into()),
+            limit: 100,
+            ..text("alpha")
+        })
+        .await
+        .expect("search");
+    assert_eq!(filtered.len(), 4, "i = 0, 12, 24, 36");
+    let cjk = small
+        .search(&SearchQuery {
+            limit: 100,
+            ..text("数据库")
+        })
+        .await
+        .expect("search");
+    assert_eq!(cjk.len(), 30);
 }

@@ -35,6 +35,10 @@ pub(crate) const SESSION_COLUMNS: &str = "id, conversation_id, source, parent_se
     cache_read_tokens, cache_write_tokens, reasoning_tokens, estimated_cost_usd, api_call_count, \
     message_count, tool_call_count, compression_count";
 
+/// Columns of `messages` the row mapper reads (PostgreSQL adds search columns nobody reads).
+pub(crate) const MESSAGE_COLUMNS: &str = "id, session_id, role, content, tool_call_id, tool_calls, \
+    tool_name, created_at, token_count, finish_reason, reasoning, platform_message_id, active";
+
 /// Runs `$body` in a write transaction, committing on success and retrying the whole
 /// transaction on failures the backend calls retryable. The body must not move its captures:
 /// it may run more than once.
@@ -70,7 +74,7 @@ macro_rules! impl_session_store {
     ($store:ty, $db:ty) => {
         #[allow(unused_imports)]
         use sqlx::Row as _;
-        use $crate::store::common::SESSION_COLUMNS;
+        use $crate::store::common::{MESSAGE_COLUMNS, SESSION_COLUMNS};
         use $crate::store::ids::{new_session_id, next_numbered_title, numbered_title_pattern, split_numbered_title};
         use $crate::store::*;
 
@@ -368,7 +372,10 @@ macro_rules! impl_session_store {
 
             async fn active_messages_in(tx: &mut Tx, session_id: &str) -> StoreResult<Vec<NewMessage>> {
                 let rows = sqlx::query(
-                    "SELECT * FROM messages WHERE session_id = $1 AND active = TRUE ORDER BY id",
+                    sqlx::AssertSqlSafe(format!(
+                        "SELECT {MESSAGE_COLUMNS} FROM messages \
+                         WHERE session_id = $1 AND active = TRUE ORDER BY id"
+                    )),
                 )
                 .bind(session_id)
                 .fetch_all(&mut **tx)
@@ -759,7 +766,10 @@ macro_rules! impl_session_store {
 
             async fn messages(&self, session_id: &str) -> StoreResult<Vec<Message>> {
                 let rows = sqlx::query(
-                    "SELECT * FROM messages WHERE session_id = $1 AND active = TRUE ORDER BY id",
+                    sqlx::AssertSqlSafe(format!(
+                        "SELECT {MESSAGE_COLUMNS} FROM messages \
+                         WHERE session_id = $1 AND active = TRUE ORDER BY id"
+                    )),
                 )
                 .bind(session_id)
                 .fetch_all(self.read_pool())

@@ -50,15 +50,7 @@ pub fn next_numbered_title<'a>(base: &str, taken: impl IntoIterator<Item = &'a s
 
 /// The `LIKE` pattern matching `base (…)` variants, with `%`, `_` and `\` escaped.
 pub(crate) fn numbered_title_pattern(base: &str) -> String {
-    let mut out = String::with_capacity(base.len() + 4);
-    for c in base.chars() {
-        if matches!(c, '%' | '_' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out.push_str(" (%)");
-    out
+    format!("{} (%)", super::search_text::escape_like(base))
 }
 
 #[cfg(test)]

@@ -18,6 +18,8 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgre
 #[derive(Debug)]
 pub struct PostgresStore {
     pool: PgPool,
+    /// How many of the newest messages the first search step walks.
+    recent_window: i64,
 }
 
 impl PostgresStore {
@@ -43,7 +45,16 @@ impl PostgresStore {
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options)
             .await?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            recent_window: RECENT_WINDOW,
+        })
+    }
+
+    /// Changes how many of the newest messages the first search step walks (tests use a
+    /// tiny window to exercise the second step on a small store).
+    pub fn set_search_window(&mut self, messages: i64) {
+        self.recent_window = messages.max(1);
     }
 
     async fn begin_write(&self) -> sqlx::Result<sqlx::Transaction<'static, Postgres>> {
@@ -107,61 +118,102 @@ impl PostgresStore {
         Ok(0)
     }
 
+    /// Search in two bounded steps, because a single `ORDER BY id DESC LIMIT n` leaves the
+    /// planner a bet it sometimes loses badly: walking the newest rows is fastest for a
+    /// common word and scans the whole table for a word that is nowhere (measured: 0.5 s at
+    /// a million messages). So: first walk only the newest `recent_window` messages; if
+    /// that did not fill the page, the word is rare, and the older rows are collected through
+    /// the indexes (a materialised CTE has no `LIMIT` to tempt the planner into a walk).
     async fn search_impl(
         &self,
         query: &super::SearchQuery,
         terms: &Terms,
         lineage: Option<&[String]>,
     ) -> super::StoreResult<Vec<PgRow>> {
-        // Words match whole words in the word index, or, in rows with CJK text (where word
-        // boundaries are invisible: `用Rust写` is one word), as substrings — as on SQLite.
-        let mut sql = sqlx::QueryBuilder::<Postgres>::new(
-            "SELECT m.id, m.session_id, s.conversation_id, s.source, m.role, m.content, \
-             m.tool_name, m.tool_calls, m.created_at \
-             FROM messages m JOIN sessions s ON s.id = m.session_id WHERE TRUE",
-        );
-        const TEXT: &str = "iris_search_text(m.content, m.tool_name, m.tool_calls)";
-        const HAS_CJK: &str = "iris_has_cjk(m.content, m.tool_name, m.tool_calls)";
-        if !terms.words.is_empty() {
-            sql.push(
-                " AND (iris_search_words(m.content, m.tool_name, m.tool_calls) \
-                 @@ to_tsquery('simple'::regconfig, ",
-            )
+        let limit = super::effective_limit(query.limit, 20);
+        let newest: Option<i64> = sqlx::query_scalar("SELECT max(id) FROM messages")
+            .fetch_one(&self.pool)
+            .await?;
+        let floor = newest.unwrap_or(0) - self.recent_window;
+
+        let mut recent =
+            sqlx::QueryBuilder::<Postgres>::new(format!("SELECT {HIT_COLUMNS} {HIT_FROM}"));
+        push_search_conditions(&mut recent, query, terms, lineage);
+        recent
+            .push(" AND m.id > ")
+            .push_bind(floor)
+            .push(" ORDER BY m.id DESC LIMIT ")
+            .push_bind(limit);
+        let mut rows = recent.build().fetch_all(&self.pool).await?;
+        let missing = limit - rows.len() as i64;
+        if missing > 0 && floor > 0 {
+            let mut older = sqlx::QueryBuilder::<Postgres>::new(format!(
+                "WITH hits AS MATERIALIZED (SELECT m.id {HIT_FROM}"
+            ));
+            push_search_conditions(&mut older, query, terms, lineage);
+            older.push(" AND m.id <= ").push_bind(floor).push(format!(
+                ") SELECT {HIT_COLUMNS} {HIT_FROM} AND m.id IN (SELECT id FROM hits) \
+                 ORDER BY m.id DESC LIMIT "
+            ));
+            older.push_bind(missing);
+            rows.extend(older.build().fetch_all(&self.pool).await?);
+        }
+        Ok(rows)
+    }
+}
+
+/// The default of `recent_window`.
+const RECENT_WINDOW: i64 = 25_000;
+
+/// The columns a search hit is built from.
+const HIT_COLUMNS: &str = "m.id, m.session_id, s.conversation_id, s.source, m.role, m.content, \
+    m.tool_name, m.tool_calls, m.created_at";
+const HIT_FROM: &str = "FROM messages m JOIN sessions s ON s.id = m.session_id WHERE TRUE";
+
+/// Pushes ` AND …` conditions: every term and every filter of the query.
+///
+/// Words match whole words in the word index or, in rows with CJK text (where word boundaries
+/// are invisible: `用Rust写` is one word), as substrings — as on SQLite.
+fn push_search_conditions(
+    sql: &mut sqlx::QueryBuilder<Postgres>,
+    query: &super::SearchQuery,
+    terms: &Terms,
+    lineage: Option<&[String]>,
+) {
+    const TEXT: &str = "iris_search_text(m.content, m.tool_name, m.tool_calls)";
+    if !terms.words.is_empty() {
+        sql.push(" AND (m.search_words @@ to_tsquery('simple'::regconfig, ")
             .push_bind(search_text::pg_tsquery(&terms.words))
-            .push(format!(") OR ({HAS_CJK}"));
-            for word in &terms.words {
-                sql.push(format!(" AND {TEXT} ILIKE "))
-                    .push_bind(search_text::like_contains(word))
-                    .push(" ESCAPE '\\'");
-            }
-            sql.push("))");
-        }
-        if !terms.cjk.is_empty() {
-            // Repeats the trigram index's predicate, so the planner can use that index.
-            sql.push(format!(" AND {HAS_CJK}"));
-        }
-        for term in &terms.cjk {
-            sql.push(format!(" AND {TEXT} LIKE "))
-                .push_bind(search_text::like_contains(term))
+            .push(") OR (m.has_cjk");
+        for word in &terms.words {
+            sql.push(format!(" AND {TEXT} ILIKE "))
+                .push_bind(search_text::like_contains(word))
                 .push(" ESCAPE '\\'");
         }
-        if let Some(source) = &query.source {
-            sql.push(" AND s.source = ").push_bind(source.clone());
-        }
-        if let Some(role) = query.role {
-            sql.push(" AND m.role = ").push_bind(role.as_str());
-        }
-        if let Some(id) = query.conversation_id {
-            sql.push(" AND s.conversation_id = ").push_bind(id);
-        }
-        if let Some(ids) = lineage {
-            sql.push(" AND m.session_id = ANY(")
-                .push_bind(ids.to_vec())
-                .push(")");
-        }
-        sql.push(" ORDER BY m.id DESC LIMIT ")
-            .push_bind(super::effective_limit(query.limit, 20));
-        Ok(sql.build().fetch_all(&self.pool).await?)
+        sql.push("))");
+    }
+    if !terms.cjk.is_empty() {
+        // The predicate of the trigram and recent-CJK indexes, so the planner can use them.
+        sql.push(" AND m.has_cjk");
+    }
+    for term in &terms.cjk {
+        sql.push(format!(" AND {TEXT} LIKE "))
+            .push_bind(search_text::like_contains(term))
+            .push(" ESCAPE '\\'");
+    }
+    if let Some(source) = &query.source {
+        sql.push(" AND s.source = ").push_bind(source.clone());
+    }
+    if let Some(role) = query.role {
+        sql.push(" AND m.role = ").push_bind(role.as_str());
+    }
+    if let Some(id) = query.conversation_id {
+        sql.push(" AND s.conversation_id = ").push_bind(id);
+    }
+    if let Some(ids) = lineage {
+        sql.push(" AND m.session_id = ANY(")
+            .push_bind(ids.to_vec())
+            .push(")");
     }
 }
 

@@ -151,18 +151,21 @@ pub(crate) fn pg_tsquery(words: &[String]) -> String {
     out
 }
 
-/// Escapes `%`, `_` and `\` for a `LIKE … ESCAPE '\'` pattern and wraps it in `%…%`.
-pub(crate) fn like_contains(term: &str) -> String {
-    let mut out = String::with_capacity(term.len() + 2);
-    out.push('%');
-    for c in term.chars() {
+/// Escapes `%`, `_` and `\` so that text is literal in a `LIKE … ESCAPE '\'` pattern.
+pub(crate) fn escape_like(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    for c in text.chars() {
         if matches!(c, '%' | '_' | '\\') {
             out.push('\\');
         }
         out.push(c);
     }
-    out.push('%');
     out
+}
+
+/// A `LIKE … ESCAPE '\'` pattern matching text that contains `term`.
+pub(crate) fn like_contains(term: &str) -> String {
+    format!("%{}%", escape_like(term))
 }
 
 const SNIPPET_BEFORE: usize = 30;
