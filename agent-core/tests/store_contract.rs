@@ -507,6 +507,25 @@ async fn branch_copies_messages_and_ends_source(store: Arc<dyn SessionStore>) {
         .expect("get")
         .expect("exists");
     assert_eq!(c2.current_session_id.as_deref(), Some(named.id.as_str()));
+
+    // Branching an older session switches away from the current one.
+    let old_branch = store
+        .branch(&s.id, Some("From the start"))
+        .await
+        .expect("branch old");
+    assert_eq!(old_branch.parent_session_id.as_deref(), Some(s.id.as_str()));
+    let left = store
+        .session(&named.id)
+        .await
+        .expect("load")
+        .expect("exists");
+    assert_eq!(left.end_reason.as_deref(), Some("session_switch"));
+    let src = store.session(&s.id).await.expect("load").expect("exists");
+    assert_eq!(
+        src.end_reason.as_deref(),
+        Some("branched"),
+        "the first reason stays"
+    );
 }
 
 async fn resume_reopens_and_switches(store: Arc<dyn SessionStore>) {

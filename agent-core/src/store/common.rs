@@ -226,6 +226,20 @@ macro_rules! impl_session_store {
             Ok(())
         }
 
+        /// Pushes the search filters both backends express the same way (source, role,
+        /// conversation); each backend adds the lineage filter in its own dialect.
+        fn push_search_filters(sql: &mut sqlx::QueryBuilder<$db>, query: &SearchQuery) {
+            if let Some(source) = &query.source {
+                sql.push(" AND s.source = ").push_bind(source.clone());
+            }
+            if let Some(role) = query.role {
+                sql.push(" AND m.role = ").push_bind(role.as_str());
+            }
+            if let Some(id) = query.conversation_id {
+                sql.push(" AND s.conversation_id = ").push_bind(id);
+            }
+        }
+
         /// Pushes the `UPDATE sessions` that counts `messages` and their tool calls.
         fn push_counter_update(sql: &mut sqlx::QueryBuilder<$db>, session_id: &str, messages: &[NewMessage]) {
             let tool_calls: i64 = messages.iter().map(NewMessage::tool_call_len).sum();
@@ -593,7 +607,11 @@ macro_rules! impl_session_store {
                         messages,
                     };
                     if conversation.current_session_id.as_deref() != Some(source_session_id) {
-                        // Branching an older session: it becomes current first.
+                        // Branching an older session switches away from the current one,
+                        // and the source becomes current so the rotation can end it.
+                        if let Some(current) = &conversation.current_session_id {
+                            Self::end_in(&mut tx, current, EndReason::SessionSwitch).await?;
+                        }
                         sqlx::query("UPDATE conversations SET current_session_id = $1 WHERE id = $2")
                             .bind(source_session_id)
                             .bind(conversation.id)

@@ -201,15 +201,7 @@ fn push_search_conditions(
             .push_bind(search_text::like_contains(term))
             .push(" ESCAPE '\\'");
     }
-    if let Some(source) = &query.source {
-        sql.push(" AND s.source = ").push_bind(source.clone());
-    }
-    if let Some(role) = query.role {
-        sql.push(" AND m.role = ").push_bind(role.as_str());
-    }
-    if let Some(id) = query.conversation_id {
-        sql.push(" AND s.conversation_id = ").push_bind(id);
-    }
+    push_search_filters(sql, query);
     if let Some(ids) = lineage {
         sql.push(" AND m.session_id = ANY(")
             .push_bind(ids.to_vec())

@@ -321,15 +321,7 @@ fn push_filters(
     table: &str,
     limit: i64,
 ) -> super::StoreResult<()> {
-    if let Some(source) = &query.source {
-        sql.push(" AND s.source = ").push_bind(source.clone());
-    }
-    if let Some(role) = query.role {
-        sql.push(" AND m.role = ").push_bind(role.as_str());
-    }
-    if let Some(id) = query.conversation_id {
-        sql.push(" AND s.conversation_id = ").push_bind(id);
-    }
+    push_search_filters(sql, query);
     if let Some(ids) = lineage {
         sql.push(" AND m.session_id IN (SELECT value FROM json_each(")
             .push_bind(serde_json::to_string(ids)?)
