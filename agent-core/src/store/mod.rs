@@ -10,10 +10,13 @@
 //!
 //! # Layout
 //! - [`types`]: the rows as plain data.
+//! - `common`, `rows`: the statements and row mappers both backends share.
 //! - `ids`: session ids and lineage-numbered titles.
 //! - `search_text`: turns what a user typed into safe terms, and builds snippets.
 //! - `sqlite`, `postgres`: the two backends.
 
+#[macro_use]
+mod rows;
 #[macro_use]
 mod common;
 mod ids;

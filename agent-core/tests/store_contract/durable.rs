@@ -1,0 +1,136 @@
+//! The inbox (dedup, attempts) and the outbox (one row per turn and target).
+
+use super::*;
+
+pub(crate) async fn inbox_deduplicates_and_tracks_attempts(store: Arc<dyn SessionStore>) {
+    let item = NewInboxItem {
+        source: "telegram".into(),
+        platform_message_id: "update-1".into(),
+        conversation_key: "telegram:dm:1".into(),
+        payload: json!({"text": "hi"}),
+    };
+    let first = store.inbox_accept(&item).await.expect("accept");
+    assert!(first.fresh);
+    assert_eq!(first.item.state, InboxState::Accepted);
+    assert_eq!(first.item.payload, json!({"text": "hi"}));
+    let again = store.inbox_accept(&item).await.expect("accept again");
+    assert!(!again.fresh, "a repeated platform id must not run twice");
+    assert_eq!(again.item.id, first.item.id);
+    let other_source = NewInboxItem {
+        source: "discord".into(),
+        ..item.clone()
+    };
+    assert!(
+        store
+            .inbox_accept(&other_source)
+            .await
+            .expect("accept")
+            .fresh
+    );
+
+    assert_eq!(
+        store
+            .inbox_begin_attempt(first.item.id)
+            .await
+            .expect("attempt"),
+        1
+    );
+    assert_eq!(
+        store
+            .inbox_begin_attempt(first.item.id)
+            .await
+            .expect("attempt"),
+        2
+    );
+    let unfinished = store.inbox_unfinished().await.expect("unfinished");
+    assert_eq!(unfinished.len(), 2);
+    assert_eq!(unfinished[0].state, InboxState::Processing);
+    assert_eq!(unfinished[0].attempts, 2);
+    store
+        .inbox_set_state(first.item.id, InboxState::Done)
+        .await
+        .expect("done");
+    store
+        .inbox_set_state(unfinished[1].id, InboxState::Failed)
+        .await
+        .expect("failed");
+    assert!(
+        store
+            .inbox_unfinished()
+            .await
+            .expect("unfinished")
+            .is_empty()
+    );
+    assert!(
+        store
+            .inbox_set_state(999_999, InboxState::Done)
+            .await
+            .is_err()
+    );
+}
+
+pub(crate) async fn outbox_reuses_rows_per_turn_and_target(store: Arc<dyn SessionStore>) {
+    let inbox = store
+        .inbox_accept(&NewInboxItem {
+            source: "webhook".into(),
+            platform_message_id: "m1".into(),
+            conversation_key: "webhook:r:c".into(),
+            payload: json!({}),
+        })
+        .await
+        .expect("accept");
+    let reply = NewOutboxItem {
+        inbox_id: Some(inbox.item.id),
+        target: "webhook:r:c".into(),
+        payload: json!({"text": "answer"}),
+    };
+    let row = store.outbox_enqueue(&reply).await.expect("enqueue");
+    assert_eq!(row.state, OutboxState::Pending);
+    let retry = NewOutboxItem {
+        payload: json!({"text": "a second answer"}),
+        ..reply.clone()
+    };
+    let reused = store.outbox_enqueue(&retry).await.expect("enqueue again");
+    assert_eq!(reused.id, row.id, "a retried turn reuses its outbox row");
+    assert_eq!(
+        reused.payload,
+        json!({"text": "answer"}),
+        "the first answer is the one delivered"
+    );
+    let callback = NewOutboxItem {
+        target: "https://example.invalid/cb".into(),
+        ..reply.clone()
+    };
+    assert_ne!(
+        store
+            .outbox_enqueue(&callback)
+            .await
+            .expect("second target")
+            .id,
+        row.id
+    );
+
+    assert_eq!(
+        store.outbox_begin_attempt(row.id).await.expect("attempt"),
+        1
+    );
+    store
+        .outbox_mark_delivered(row.id, &["501".into(), "502".into()])
+        .await
+        .expect("delivered");
+    let pending = store.outbox_pending().await.expect("pending");
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].target, "https://example.invalid/cb");
+    store
+        .outbox_mark_failed(pending[0].id)
+        .await
+        .expect("failed");
+    assert!(store.outbox_pending().await.expect("pending").is_empty());
+    let delivered = store.outbox_enqueue(&reply).await.expect("lookup");
+    assert_eq!(delivered.state, OutboxState::Delivered);
+    assert_eq!(
+        delivered.platform_message_ids,
+        vec!["501".to_owned(), "502".to_owned()]
+    );
+    assert!(delivered.delivered_at.is_some());
+}
