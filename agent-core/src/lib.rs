@@ -8,8 +8,10 @@
 //! and the adapters depend on it, never the other way round.
 //!
 //! # Layout
+//! - [`llm`]: model requests and responses, error classes, the OpenAI-compatible provider.
 //! - [`redact`]: masks secrets in text before it leaves the process.
 //! - [`store`]: the `SessionStore` trait, its SQLite and PostgreSQL implementations, search.
 
+pub mod llm;
 pub mod redact;
 pub mod store;

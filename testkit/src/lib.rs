@@ -1,4 +1,10 @@
-//! Test-only fakes of the outside world — model providers, the Telegram Bot API, Discord —
-//! that speak the real wire protocols on 127.0.0.1, with switches for faults.
+//! Test-only fakes of the outside world that speak the real wire protocols on 127.0.0.1, with
+//! switches for faults. Tests and benchmarks point the real clients at them by base URL.
 //!
-//! Empty for now: the agent-core and platform issues add the fakes their tests need.
+//! # Layout
+//! - [`openai`]: a scripted OpenAI-compatible chat-completions server (SSE framing as
+//!   llama.cpp and OpenAI send it), recording every request.
+//!
+//! The Telegram Bot API and Discord fakes come with their adapters.
+
+pub mod openai;

@@ -1,0 +1,123 @@
+//! Talking to language models: the request and response shapes the loop uses, whatever the
+//! provider, and the providers themselves.
+//!
+//! # Layout
+//! - [`sse`]: incremental Server-Sent Events parsing.
+//! - [`openai`]: OpenAI-compatible chat completions (OpenAI, OpenRouter, DeepSeek, vLLM,
+//!   llama.cpp, Ollama), streaming and not.
+//! - [`error`]: what went wrong, classified so the loop knows what to do about it.
+
+pub mod error;
+pub mod openai;
+pub mod sse;
+
+use serde::{Deserialize, Serialize};
+
+pub use error::{ErrorClass, LlmError};
+
+/// One message of a model request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: crate::store::Role,
+    pub content: Option<String>,
+    /// Assistant messages: the tools it called.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// Tool messages: the call answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    pub fn text(role: crate::store::Role, text: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: Some(text.into()),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+}
+
+/// A tool call as the model made it. `arguments` is the JSON text the model wrote, unparsed:
+/// it may be invalid, and the loop decides what to do about that.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// A tool the model may call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSchema {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub parameters: serde_json::Value,
+}
+
+/// What the loop asks of a provider.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatRequest {
+    pub system: Option<String>,
+    pub messages: Vec<ChatMessage>,
+    pub tools: Vec<ToolSchema>,
+    pub max_tokens: u32,
+    pub temperature: Option<f32>,
+}
+
+/// Token counts of one call, as the provider reported them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// The size of the context sent: the authoritative context size.
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub reasoning_tokens: u64,
+}
+
+/// Why the model stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FinishReason {
+    Stop,
+    /// Cut off by `max_tokens`.
+    Length,
+    ToolCalls,
+    /// Withheld by the provider's moderation.
+    ContentFilter,
+    Other(String),
+}
+
+impl FinishReason {
+    fn parse(text: &str) -> Self {
+        match text {
+            "stop" | "end_turn" | "stop_sequence" => Self::Stop,
+            "length" | "max_tokens" => Self::Length,
+            "tool_calls" | "tool_use" | "function_call" => Self::ToolCalls,
+            "content_filter" => Self::ContentFilter,
+            other => Self::Other(other.to_owned()),
+        }
+    }
+}
+
+/// A finished model call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatResponse {
+    pub content: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub finish_reason: Option<FinishReason>,
+    /// Absent when the provider sent none (then the loop estimates).
+    pub usage: Option<Usage>,
+}
+
+/// What a streaming call reports as it goes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamEvent {
+    TextDelta(String),
+    /// A tool call's name became known (its arguments may still be streaming).
+    ToolCallStarted {
+        index: usize,
+        name: String,
+    },
+}

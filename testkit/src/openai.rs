@@ -1,0 +1,369 @@
+//! A scripted OpenAI-compatible server: `POST /v1/chat/completions`, streaming or not.
+//!
+//! Each request takes the next [`Reply`] from the script (an exhausted script answers 500 so a
+//! test that calls too often fails loudly). Streams are framed as llama.cpp and OpenAI frame
+//! them: a first chunk with `delta.role`, content or tool-call deltas (a tool call's first
+//! fragment carries `index`, `id`, `type` and the name; later ones only argument pieces), a
+//! finish chunk, a usage chunk with `"choices": []` when `stream_options.include_usage` asked
+//! for it, then `data: [DONE]`.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{Value, json};
+
+/// What the fake answers to one request.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    kind: Kind,
+    usage: Option<(u64, u64)>,
+    delay: Duration,
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+enum Kind {
+    Text {
+        text: String,
+        chunks: usize,
+    },
+    ToolCalls(Vec<(String, String)>),
+    Error {
+        status: u16,
+        body: String,
+        retry_after: Option<String>,
+    },
+    /// Never answers.
+    Hang,
+    /// Streams this text, then closes without a finish reason or `[DONE]`.
+    Dropped(String),
+}
+
+impl Reply {
+    fn new(kind: Kind) -> Self {
+        Self {
+            kind,
+            usage: None,
+            delay: Duration::ZERO,
+            finish_reason: None,
+        }
+    }
+
+    /// A text answer, streamed in `chunks` pieces (split on character boundaries).
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::new(Kind::Text {
+            text: text.into(),
+            chunks: 3,
+        })
+    }
+
+    /// Tool calls `(name, JSON arguments)`, ids `call_0`, `call_1`…
+    pub fn tool_calls<N: Into<String>, A: Into<String>>(
+        calls: impl IntoIterator<Item = (N, A)>,
+    ) -> Self {
+        Self::new(Kind::ToolCalls(
+            calls
+                .into_iter()
+                .map(|(n, a)| (n.into(), a.into()))
+                .collect(),
+        ))
+    }
+
+    /// An HTTP error with this body.
+    pub fn error(status: u16, body: impl Into<String>) -> Self {
+        Self::new(Kind::Error {
+            status,
+            body: body.into(),
+            retry_after: None,
+        })
+    }
+
+    /// Never answers (to test timeouts and cancellation).
+    pub fn hang() -> Self {
+        Self::new(Kind::Hang)
+    }
+
+    /// Streams `text`, then drops the connection mid-answer.
+    pub fn dropped(text: impl Into<String>) -> Self {
+        Self::new(Kind::Dropped(text.into()))
+    }
+
+    /// Reports this usage (prompt, completion tokens).
+    pub fn usage(mut self, prompt: u64, completion: u64) -> Self {
+        self.usage = Some((prompt, completion));
+        self
+    }
+
+    /// Waits this long before answering.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// Streams text in this many pieces.
+    pub fn chunks(mut self, n: usize) -> Self {
+        if let Kind::Text { chunks, .. } = &mut self.kind {
+            *chunks = n.max(1);
+        }
+        self
+    }
+
+    /// Overrides the finish reason (e.g. `length`, `content_filter`).
+    pub fn finish_reason(mut self, reason: impl Into<String>) -> Self {
+        self.finish_reason = Some(reason.into());
+        self
+    }
+
+    /// Adds a `Retry-After` header to an error reply.
+    pub fn retry_after(mut self, value: impl Into<String>) -> Self {
+        if let Kind::Error { retry_after, .. } = &mut self.kind {
+            *retry_after = Some(value.into());
+        }
+        self
+    }
+}
+
+/// A request the fake received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub body: Value,
+    pub authorization: Option<String>,
+}
+
+#[derive(Default)]
+struct Shared {
+    script: Mutex<VecDeque<Reply>>,
+    requests: Mutex<Vec<Recorded>>,
+}
+
+/// A running fake; stops when dropped.
+pub struct FakeOpenAi {
+    /// The base URL to configure: `http://127.0.0.1:PORT/v1`.
+    pub base_url: String,
+    shared: Arc<Shared>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl FakeOpenAi {
+    /// Starts on a free port with this script.
+    pub async fn start(script: impl IntoIterator<Item = Reply>) -> std::io::Result<Self> {
+        let shared = Arc::new(Shared::default());
+        shared
+            .script
+            .lock()
+            .map_err(|_| std::io::Error::other("poisoned"))?
+            .extend(script);
+        let app = Router::new()
+            .route("/v1/chat/completions", post(complete))
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base_url = format!("http://{}/v1", listener.local_addr()?);
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Self {
+            base_url,
+            shared,
+            server,
+        })
+    }
+
+    /// Appends replies to the script.
+    pub fn push(&self, reply: Reply) {
+        if let Ok(mut script) = self.shared.script.lock() {
+            script.push_back(reply);
+        }
+    }
+
+    /// Every request so far.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.shared
+            .requests
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for FakeOpenAi {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+async fn complete(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let authorization = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let stream = body["stream"].as_bool().unwrap_or(false);
+    let include_usage = body
+        .pointer("/stream_options/include_usage")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if let Ok(mut requests) = shared.requests.lock() {
+        requests.push(Recorded {
+            body,
+            authorization,
+        });
+    }
+    let reply = shared.script.lock().ok().and_then(|mut s| s.pop_front());
+    let Some(reply) = reply else {
+        let body = json!({"error": {"message": "fake script exhausted", "type": "server_error"}});
+        return (StatusCode::INTERNAL_SERVER_ERROR, Json(body)).into_response();
+    };
+    tokio::time::sleep(reply.delay).await;
+    match &reply.kind {
+        Kind::Hang => std::future::pending().await,
+        Kind::Error {
+            status,
+            body,
+            retry_after,
+        } => {
+            let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut response = (status, body.clone()).into_response();
+            response.headers_mut().insert(
+                "content-type",
+                axum::http::HeaderValue::from_static("application/json"),
+            );
+            if let Some(value) = retry_after
+                .as_deref()
+                .and_then(|v| axum::http::HeaderValue::from_str(v).ok())
+            {
+                response.headers_mut().insert("retry-after", value);
+            }
+            response
+        }
+        _ if stream => sse(&reply, include_usage),
+        _ => whole(&reply),
+    }
+}
+
+fn usage_json(reply: &Reply) -> Value {
+    match reply.usage {
+        Some((p, c)) => json!({"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}),
+        None => Value::Null,
+    }
+}
+
+fn tool_calls_json(calls: &[(String, String)]) -> Value {
+    calls
+        .iter()
+        .enumerate()
+        .map(|(i, (name, args))| json!({"id": format!("call_{i}"), "type": "function", "function": {"name": name, "arguments": args}}))
+        .collect()
+}
+
+fn whole(reply: &Reply) -> Response {
+    let (message, default_finish) = match &reply.kind {
+        Kind::Text { text, .. } | Kind::Dropped(text) => {
+            (json!({"role": "assistant", "content": text}), "stop")
+        }
+        Kind::ToolCalls(calls) => (
+            json!({"role": "assistant", "content": "", "tool_calls": tool_calls_json(calls)}),
+            "tool_calls",
+        ),
+        Kind::Error { .. } | Kind::Hang => (Value::Null, "stop"),
+    };
+    let finish = reply
+        .finish_reason
+        .clone()
+        .unwrap_or_else(|| default_finish.to_owned());
+    let mut body = json!({
+        "id": "chatcmpl-fake", "object": "chat.completion", "model": "fake",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+    });
+    if reply.usage.is_some() {
+        body["usage"] = usage_json(reply);
+    }
+    Json(body).into_response()
+}
+
+fn chunk(delta: Value, finish: Option<&str>) -> String {
+    let body = json!({
+        "id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": "fake",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    });
+    format!("data: {body}\n\n")
+}
+
+/// Splits `text` into `n` pieces on character boundaries.
+fn pieces(text: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let size = chars.len().div_ceil(n.max(1)).max(1);
+    chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
+
+fn sse(reply: &Reply, include_usage: bool) -> Response {
+    let mut events = vec![chunk(json!({"role": "assistant", "content": null}), None)];
+    let mut complete = true;
+    let default_finish = match &reply.kind {
+        Kind::Text { text, chunks } => {
+            events.extend(
+                pieces(text, *chunks)
+                    .into_iter()
+                    .map(|p| chunk(json!({"content": p}), None)),
+            );
+            "stop"
+        }
+        Kind::Dropped(text) => {
+            events.extend(
+                pieces(text, 2)
+                    .into_iter()
+                    .map(|p| chunk(json!({"content": p}), None)),
+            );
+            complete = false;
+            "stop"
+        }
+        Kind::ToolCalls(calls) => {
+            for (i, (name, args)) in calls.iter().enumerate() {
+                let first = json!({"tool_calls": [{"index": i, "id": format!("call_{i}"), "type": "function",
+                    "function": {"name": name, "arguments": ""}}]});
+                events.push(chunk(first, None));
+                for piece in pieces(args, 2) {
+                    events.push(chunk(
+                        json!({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}),
+                        None,
+                    ));
+                }
+            }
+            "tool_calls"
+        }
+        Kind::Error { .. } | Kind::Hang => "stop",
+    };
+    if complete {
+        let finish = reply
+            .finish_reason
+            .clone()
+            .unwrap_or_else(|| default_finish.to_owned());
+        events.push(chunk(json!({}), Some(&finish)));
+        if include_usage && reply.usage.is_some() {
+            let usage = json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "choices": [], "usage": usage_json(reply)});
+            events.push(format!("data: {usage}\n\n"));
+        }
+        events.push("data: [DONE]\n\n".to_owned());
+    }
+    let stream = futures_util::stream::iter(
+        events
+            .into_iter()
+            .map(|e| Ok::<_, Infallible>(Bytes::from(e))),
+    );
+    let mut response = Response::new(Body::from_stream(stream));
+    response.headers_mut().insert(
+        "content-type",
+        axum::http::HeaderValue::from_static("text/event-stream"),
+    );
+    response
+}
