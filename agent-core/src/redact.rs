@@ -26,6 +26,63 @@ pub fn mask(secret: &str) -> String {
     format!("{head}…{tail}")
 }
 
+/// Prefixes that vendors put in front of secret tokens. A prefix followed by at least 16
+/// token characters is masked.
+pub const VENDOR_PREFIXES: &[&str] = &[
+    "sk-ant-",
+    "sk-or-v1-",
+    "sk-proj-",
+    "sk-svcacct-",
+    "sk-", // Anthropic, OpenRouter, OpenAI
+    "sk_live_",
+    "sk_test_",
+    "rk_live_",
+    "rk_test_", // Stripe
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_", // GitHub
+    "glpat-",      // GitLab
+    "xoxb-",
+    "xoxp-",
+    "xoxa-",
+    "xoxr-",
+    "xoxs-",
+    "xapp-",   // Slack
+    "AIza",    // Google
+    "hf_",     // Hugging Face
+    "gsk_",    // Groq
+    "pplx-",   // Perplexity
+    "r8_",     // Replicate
+    "fw_",     // Fireworks
+    "nvapi-",  // NVIDIA
+    "xai-",    // xAI
+    "tvly-",   // Tavily
+    "npm_",    // npm
+    "pypi-",   // PyPI
+    "dop_v1_", // DigitalOcean
+    "shpat_",
+    "shpss_",   // Shopify
+    "lin_api_", // Linear
+    "SG.",      // SendGrid
+    "sq0atp-",
+    "sq0csp-", // Square
+    "dapi",    // Databricks
+];
+
+fn vendor_pattern() -> String {
+    let mut prefixes: Vec<&str> = VENDOR_PREFIXES.to_vec();
+    // Longest first, so `sk-ant-` wins over `sk-`.
+    prefixes.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    let alternatives: Vec<String> = prefixes.iter().map(|p| regex::escape(p)).collect();
+    format!(
+        r"(?:^|[^A-Za-z0-9_])((?:{})[A-Za-z0-9_.-]{{16,}})",
+        alternatives.join("|")
+    )
+}
+
 struct Rule {
     pattern: Regex,
     /// The capture group holding the secret (0 = the whole match).
@@ -52,16 +109,19 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         rule(r"(?i)\bbearer\s+([A-Za-z0-9._~+/=-]{8,})", 1),
         // Telegram bot tokens: <bot id>:<35 characters>, also inside /bot<token>/ URLs.
         rule(r"(\d{6,12}:[A-Za-z0-9_-]{30,})", 1),
-        // Vendor key prefixes.
-        rule(r"\b((?:sk-ant-|sk-or-|sk-proj-|sk-)[A-Za-z0-9_-]{16,})", 1),
+        // Vendor key prefixes (see VENDOR_PREFIXES), then AWS key ids.
+        rule(&vendor_pattern(), 1),
+        rule(r"\b((?:AKIA|ASIA)[0-9A-Z]{16})\b", 1),
+        // JWTs: header.payload.signature, header and payload base64url JSON.
         rule(
-            r"\b((?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})",
+            r"\b(eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})",
             1,
         ),
-        rule(r"\b(xox[abposr]-[A-Za-z0-9-]{10,})", 1),
-        rule(r"\b(AIza[0-9A-Za-z_-]{30,})", 1),
-        rule(r"\b(hf_[A-Za-z0-9]{20,})", 1),
-        rule(r"\b((?:AKIA|ASIA)[0-9A-Z]{16})\b", 1),
+        // PEM private keys, whole.
+        rule(
+            r"(-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----)",
+            1,
+        ),
         // NAME=value / "name": "value" where the name says it is secret.
         rule(
             r#"(?i)\b[a-z0-9_]*(?:password|passwd|secret|token|api_?key|access_?key|private_?key)[\x22']?\s*[:=]\s*[\x22']?([^\s\x22',;&]{4,})"#,
@@ -200,6 +260,34 @@ mod tests {
     }
 
     #[test]
+    fn every_vendor_prefix_is_masked() {
+        assert!(VENDOR_PREFIXES.len() >= 30);
+        for prefix in VENDOR_PREFIXES {
+            let token = format!("{prefix}Q1w2E3r4T5y6U7i8O9p0Zx");
+            let out = redact(&format!("using key {token} now"));
+            assert!(!out.contains("T5y6U7i8O9"), "{prefix}: {out}");
+            assert!(
+                out.starts_with("using key ") && out.ends_with(" now"),
+                "{prefix}: {out}"
+            );
+        }
+    }
+
+    #[test]
+    fn jwts_and_private_keys_are_masked() {
+        let jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U";
+        assert!(!redact(&format!("token={jwt}")).contains("eyJzdWIiOiIxMjM0NTY3ODkwIn0"));
+        assert!(!redact(&format!("cookie {jwt};")).contains("dozjgNryP4J3jVmNHl0w5N"));
+        let pem = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n-----END OPENSSH PRIVATE KEY-----";
+        let out = redact(&format!("key:\n{pem}\ndone"));
+        assert!(
+            !out.contains("b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ"),
+            "{out}"
+        );
+        assert!(out.ends_with("done"));
+    }
+
+    #[test]
     fn known_values_are_masked_whatever_their_shape() {
         let r = Redactor::with_secrets(["weird shape value 42", "", "ab"]);
         assert_eq!(r.redact("got weird shape value 42!"), "got weird …e 42!");
@@ -216,6 +304,8 @@ mod tests {
             "let token_count = tokens.len(); // count them",
             "GET /healthz 200 in 3 ms",
             "listening on 127.0.0.1:8787",
+            "task-list and sk-ipping are words; so is dapper",
+            "see https://example.com/docs/getting-started-guide-for-new-users",
         ];
         for text in texts {
             assert_eq!(redact(text), text);

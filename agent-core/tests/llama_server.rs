@@ -1,0 +1,168 @@
+//! The OpenAI-compatible provider against a real llama.cpp server running the tiny SmolLM2
+//! model: real SSE framing, real usage, and llama.cpp's real context-overflow error.
+//!
+//! The server and model come from `IRIS_LLAMA_SERVER` / `IRIS_LLAMA_MODEL`
+//! (scripts/llm-install.sh; scripts/test.sh sets them when installed). Without them the tests
+//! say they are skipped, unless `IRIS_TEST_REQUIRE_LLAMA=true` (CI), where that fails.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use agent_core::llm::openai::{OpenAiConfig, OpenAiProvider};
+use agent_core::llm::{ChatMessage, ChatRequest, ErrorClass, FinishReason, StreamEvent};
+use agent_core::store::Role;
+use tokio_util::sync::CancellationToken;
+
+/// A llama-server child process, killed on drop.
+struct Llama {
+    child: Child,
+    base_url: String,
+}
+
+impl Drop for Llama {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn llama(context: u32) -> Option<Llama> {
+    let (Ok(server), Ok(model)) = (
+        std::env::var("IRIS_LLAMA_SERVER"),
+        std::env::var("IRIS_LLAMA_MODEL"),
+    ) else {
+        let required = std::env::var("IRIS_TEST_REQUIRE_LLAMA").is_ok_and(|v| v == "true");
+        assert!(
+            !required,
+            "IRIS_LLAMA_SERVER/IRIS_LLAMA_MODEL unset but the real model server is required (CI)"
+        );
+        eprintln!("SKIPPED: llama.cpp tests (run scripts/llm-install.sh, then scripts/test.sh)");
+        return None;
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .ok()?
+        .local_addr()
+        .ok()?
+        .port();
+    let child = Command::new(server)
+        .args([
+            "-m",
+            &model,
+            "--alias",
+            "smollm2",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+        ])
+        .args([
+            "-c",
+            &context.to_string(),
+            "-np",
+            "1",
+            "-n",
+            "64",
+            "-t",
+            "2",
+            "--no-ui",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start llama-server");
+    let llama = Llama {
+        child,
+        base_url: format!("http://127.0.0.1:{port}/v1"),
+    };
+    let health = format!("http://127.0.0.1:{port}/health");
+    for _ in 0..120 {
+        if let Ok(r) = reqwest::get(&health).await
+            && r.status().is_success()
+        {
+            return Some(llama);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("llama-server did not become healthy in 30 s");
+}
+
+fn provider(llama: &Llama) -> OpenAiProvider {
+    OpenAiProvider::new(OpenAiConfig::new(&llama.base_url, "smollm2")).expect("client")
+}
+
+fn ask(text: &str, max_tokens: u32) -> ChatRequest {
+    ChatRequest {
+        system: Some("You are a helpful assistant.".into()),
+        messages: vec![ChatMessage::text(Role::User, text)],
+        tools: Vec::new(),
+        max_tokens,
+        temperature: Some(0.0),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_turn_with_usage() {
+    let Some(llama) = llama(2048).await else {
+        return;
+    };
+    let deltas = std::sync::atomic::AtomicUsize::new(0);
+    let on_event = |e: StreamEvent| {
+        if let StreamEvent::TextDelta(_) = e {
+            deltas.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    };
+    let answer = provider(&llama)
+        .complete(
+            &ask("Name three colours.", 24),
+            &on_event,
+            &CancellationToken::new(),
+        )
+        .await
+        .expect("answer");
+    assert!(!answer.content.trim().is_empty(), "empty answer");
+    assert!(
+        matches!(
+            answer.finish_reason,
+            Some(FinishReason::Stop | FinishReason::Length)
+        ),
+        "{answer:?}"
+    );
+    let usage = answer.usage.expect("llama.cpp reports usage when asked");
+    assert!(
+        usage.prompt_tokens > 5 && usage.completion_tokens > 0,
+        "{usage:?}"
+    );
+    assert!(
+        deltas.load(std::sync::atomic::Ordering::Relaxed) > 1,
+        "the answer streamed in pieces"
+    );
+
+    // The same server, not streamed, at temperature 0, says the same thing.
+    let mut config = OpenAiConfig::new(&llama.base_url, "smollm2");
+    config.stream = false;
+    let whole = OpenAiProvider::new(config)
+        .expect("client")
+        .complete(
+            &ask("Name three colours.", 24),
+            &|_| {},
+            &CancellationToken::new(),
+        )
+        .await
+        .expect("answer");
+    assert_eq!(whole.content, answer.content);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_over_the_context_is_a_context_overflow_with_the_real_limit() {
+    let Some(llama) = llama(512).await else {
+        return;
+    };
+    let long = "The quick brown fox jumps over the lazy dog. ".repeat(120);
+    let err = provider(&llama)
+        .complete(&ask(&long, 16), &|_| {}, &CancellationToken::new())
+        .await
+        .expect_err("must overflow");
+    assert_eq!(err.class, ErrorClass::ContextOverflow, "{err}");
+    assert_eq!(err.status, Some(400));
+    assert_eq!(err.context_limit, Some(512));
+}
