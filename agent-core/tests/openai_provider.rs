@@ -133,6 +133,7 @@ async fn history_with_tool_results_goes_out_in_the_wire_format() {
             arguments: "{}".into(),
         }],
         tool_call_id: None,
+        thinking: Vec::new(),
     });
     req.messages.push(ChatMessage {
         tool_call_id: Some("c1".into()),

@@ -7,10 +7,8 @@
 //! finish chunk, a usage chunk with `"choices": []` when `stream_options.include_usage` asked
 //! for it, then `data: [DONE]`.
 
-use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -20,129 +18,8 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{Value, json};
 
-/// What the fake answers to one request.
-#[derive(Debug, Clone)]
-pub struct Reply {
-    kind: Kind,
-    usage: Option<(u64, u64)>,
-    delay: Duration,
-    finish_reason: Option<String>,
-}
-
-#[derive(Debug, Clone)]
-enum Kind {
-    Text {
-        text: String,
-        chunks: usize,
-    },
-    ToolCalls(Vec<(String, String)>),
-    Error {
-        status: u16,
-        body: String,
-        retry_after: Option<String>,
-    },
-    /// Never answers.
-    Hang,
-    /// Streams this text, then closes without a finish reason or `[DONE]`.
-    Dropped(String),
-}
-
-impl Reply {
-    fn new(kind: Kind) -> Self {
-        Self {
-            kind,
-            usage: None,
-            delay: Duration::ZERO,
-            finish_reason: None,
-        }
-    }
-
-    /// A text answer, streamed in `chunks` pieces (split on character boundaries).
-    pub fn text(text: impl Into<String>) -> Self {
-        Self::new(Kind::Text {
-            text: text.into(),
-            chunks: 3,
-        })
-    }
-
-    /// Tool calls `(name, JSON arguments)`, ids `call_0`, `call_1`…
-    pub fn tool_calls<N: Into<String>, A: Into<String>>(
-        calls: impl IntoIterator<Item = (N, A)>,
-    ) -> Self {
-        Self::new(Kind::ToolCalls(
-            calls
-                .into_iter()
-                .map(|(n, a)| (n.into(), a.into()))
-                .collect(),
-        ))
-    }
-
-    /// An HTTP error with this body.
-    pub fn error(status: u16, body: impl Into<String>) -> Self {
-        Self::new(Kind::Error {
-            status,
-            body: body.into(),
-            retry_after: None,
-        })
-    }
-
-    /// Never answers (to test timeouts and cancellation).
-    pub fn hang() -> Self {
-        Self::new(Kind::Hang)
-    }
-
-    /// Streams `text`, then drops the connection mid-answer.
-    pub fn dropped(text: impl Into<String>) -> Self {
-        Self::new(Kind::Dropped(text.into()))
-    }
-
-    /// Reports this usage (prompt, completion tokens).
-    pub fn usage(mut self, prompt: u64, completion: u64) -> Self {
-        self.usage = Some((prompt, completion));
-        self
-    }
-
-    /// Waits this long before answering.
-    pub fn delay(mut self, delay: Duration) -> Self {
-        self.delay = delay;
-        self
-    }
-
-    /// Streams text in this many pieces.
-    pub fn chunks(mut self, n: usize) -> Self {
-        if let Kind::Text { chunks, .. } = &mut self.kind {
-            *chunks = n.max(1);
-        }
-        self
-    }
-
-    /// Overrides the finish reason (e.g. `length`, `content_filter`).
-    pub fn finish_reason(mut self, reason: impl Into<String>) -> Self {
-        self.finish_reason = Some(reason.into());
-        self
-    }
-
-    /// Adds a `Retry-After` header to an error reply.
-    pub fn retry_after(mut self, value: impl Into<String>) -> Self {
-        if let Kind::Error { retry_after, .. } = &mut self.kind {
-            *retry_after = Some(value.into());
-        }
-        self
-    }
-}
-
-/// A request the fake received.
-#[derive(Debug, Clone)]
-pub struct Recorded {
-    pub body: Value,
-    pub authorization: Option<String>,
-}
-
-#[derive(Default)]
-struct Shared {
-    script: Mutex<VecDeque<Reply>>,
-    requests: Mutex<Vec<Recorded>>,
-}
+use crate::script::{Kind, Shared, pieces};
+pub use crate::script::{Recorded, Reply};
 
 /// A running fake; stops when dropped.
 pub struct FakeOpenAi {
@@ -297,13 +174,6 @@ fn chunk(delta: Value, finish: Option<&str>) -> String {
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
     });
     format!("data: {body}\n\n")
-}
-
-/// Splits `text` into `n` pieces on character boundaries.
-fn pieces(text: &str, n: usize) -> Vec<String> {
-    let chars: Vec<char> = text.chars().collect();
-    let size = chars.len().div_ceil(n.max(1)).max(1);
-    chars.chunks(size).map(|c| c.iter().collect()).collect()
 }
 
 fn sse(reply: &Reply, include_usage: bool) -> Response {

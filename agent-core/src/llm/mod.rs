@@ -5,8 +5,10 @@
 //! - [`sse`]: incremental Server-Sent Events parsing.
 //! - [`openai`]: OpenAI-compatible chat completions (OpenAI, OpenRouter, DeepSeek, vLLM,
 //!   llama.cpp, Ollama), streaming and not.
+//! - [`anthropic`]: the Anthropic Messages API, streaming.
 //! - [`error`]: what went wrong, classified so the loop knows what to do about it.
 
+pub mod anthropic;
 pub mod error;
 pub mod openai;
 pub mod sse;
@@ -26,6 +28,17 @@ pub struct ChatMessage {
     /// Tool messages: the call answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// Assistant messages of the running turn: the thinking blocks to send back unchanged
+    /// (Anthropic requires them, signed, while a tool loop continues). Never stored.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thinking: Vec<Thinking>,
+}
+
+/// A signed thinking block (Anthropic extended thinking).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Thinking {
+    pub text: String,
+    pub signature: String,
 }
 
 impl ChatMessage {
@@ -35,6 +48,7 @@ impl ChatMessage {
             content: Some(text.into()),
             tool_calls: Vec::new(),
             tool_call_id: None,
+            thinking: Vec::new(),
         }
     }
 }
@@ -109,6 +123,8 @@ pub struct ChatResponse {
     pub finish_reason: Option<FinishReason>,
     /// Absent when the provider sent none (then the loop estimates).
     pub usage: Option<Usage>,
+    /// Thinking blocks, to resend within the turn.
+    pub thinking: Vec<Thinking>,
 }
 
 /// What a streaming call reports as it goes.

@@ -256,6 +256,7 @@ fn parse_whole(body: &str) -> Result<ChatResponse, LlmError> {
         tool_calls,
         finish_reason: choice["finish_reason"].as_str().map(FinishReason::parse),
         usage: usage_from(&value),
+        thinking: Vec::new(),
     })
 }
 
@@ -349,6 +350,7 @@ impl Assembler {
             tool_calls: calls,
             finish_reason: self.finish_reason.take(),
             usage: self.usage,
+            thinking: Vec::new(),
         })
     }
 }

@@ -1,0 +1,157 @@
+//! The script both model fakes follow: what to answer to each request, and what was asked.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// What the fake answers to one request.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub(crate) kind: Kind,
+    pub(crate) usage: Option<(u64, u64)>,
+    pub(crate) delay: Duration,
+    pub(crate) finish_reason: Option<String>,
+    /// A thinking block (text, signature) before the answer (Anthropic).
+    pub(crate) thinking: Option<(String, String)>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum Kind {
+    Text {
+        text: String,
+        chunks: usize,
+    },
+    ToolCalls(Vec<(String, String)>),
+    Error {
+        status: u16,
+        body: String,
+        retry_after: Option<String>,
+    },
+    /// Never answers.
+    Hang,
+    /// Streams this text, then closes without a finish reason or `[DONE]`.
+    Dropped(String),
+}
+
+impl Reply {
+    fn new(kind: Kind) -> Self {
+        Self {
+            kind,
+            usage: None,
+            delay: Duration::ZERO,
+            finish_reason: None,
+            thinking: None,
+        }
+    }
+
+    /// A text answer, streamed in `chunks` pieces (split on character boundaries).
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::new(Kind::Text {
+            text: text.into(),
+            chunks: 3,
+        })
+    }
+
+    /// Tool calls `(name, JSON arguments)`, ids `call_0`, `call_1`…
+    pub fn tool_calls<N: Into<String>, A: Into<String>>(
+        calls: impl IntoIterator<Item = (N, A)>,
+    ) -> Self {
+        Self::new(Kind::ToolCalls(
+            calls
+                .into_iter()
+                .map(|(n, a)| (n.into(), a.into()))
+                .collect(),
+        ))
+    }
+
+    /// An HTTP error with this body.
+    pub fn error(status: u16, body: impl Into<String>) -> Self {
+        Self::new(Kind::Error {
+            status,
+            body: body.into(),
+            retry_after: None,
+        })
+    }
+
+    /// Never answers (to test timeouts and cancellation).
+    pub fn hang() -> Self {
+        Self::new(Kind::Hang)
+    }
+
+    /// Streams `text`, then drops the connection mid-answer.
+    pub fn dropped(text: impl Into<String>) -> Self {
+        Self::new(Kind::Dropped(text.into()))
+    }
+
+    /// Reports this usage (prompt, completion tokens).
+    pub fn usage(mut self, prompt: u64, completion: u64) -> Self {
+        self.usage = Some((prompt, completion));
+        self
+    }
+
+    /// Waits this long before answering.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// Streams text in this many pieces.
+    pub fn chunks(mut self, n: usize) -> Self {
+        if let Kind::Text { chunks, .. } = &mut self.kind {
+            *chunks = n.max(1);
+        }
+        self
+    }
+
+    /// Overrides the finish reason (e.g. `length`, `content_filter`).
+    pub fn finish_reason(mut self, reason: impl Into<String>) -> Self {
+        self.finish_reason = Some(reason.into());
+        self
+    }
+
+    /// Starts the answer with a signed thinking block (Anthropic only).
+    pub fn thinking(mut self, text: impl Into<String>, signature: impl Into<String>) -> Self {
+        self.thinking = Some((text.into(), signature.into()));
+        self
+    }
+
+    /// Adds a `Retry-After` header to an error reply.
+    pub fn retry_after(mut self, value: impl Into<String>) -> Self {
+        if let Kind::Error { retry_after, .. } = &mut self.kind {
+            *retry_after = Some(value.into());
+        }
+        self
+    }
+}
+
+/// A request the fake received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub body: Value,
+    pub authorization: Option<String>,
+}
+
+#[derive(Default)]
+pub(crate) struct Shared {
+    pub(crate) script: Mutex<VecDeque<Reply>>,
+    pub(crate) requests: Mutex<Vec<Recorded>>,
+}
+
+impl Shared {
+    /// Records a request and takes the next reply (None: the script is exhausted).
+    pub(crate) fn next(&self, recorded: Recorded) -> Option<Reply> {
+        if let Ok(mut requests) = self.requests.lock() {
+            requests.push(recorded);
+        }
+        self.script.lock().ok().and_then(|mut s| s.pop_front())
+    }
+}
+
+/// Splits `text` into `n` pieces on character boundaries.
+pub(crate) fn pieces(text: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let size = chars.len().div_ceil(n.max(1)).max(1);
+    chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
