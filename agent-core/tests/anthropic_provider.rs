@@ -193,3 +193,41 @@ async fn anthropic_errors_are_classified() {
         .expect_err("dropped");
     assert_eq!(err.class, ErrorClass::Transport);
 }
+
+#[tokio::test]
+async fn both_providers_serve_behind_one_trait() {
+    use agent_core::llm::ChatProvider;
+    use agent_core::llm::openai::{OpenAiConfig, OpenAiProvider};
+    let anthropic = FakeAnthropic::start([Reply::text("from claude")])
+        .await
+        .expect("fake");
+    let openai = testkit::openai::FakeOpenAi::start([Reply::text("from gpt")])
+        .await
+        .expect("fake");
+    let providers: Vec<Box<dyn ChatProvider>> = vec![
+        Box::new(
+            OpenAiProvider::new(OpenAiConfig::new(&openai.base_url, "gpt-test")).expect("client"),
+        ),
+        Box::new(provider(&anthropic)),
+    ];
+    let cancel = CancellationToken::new();
+    let mut answers = Vec::new();
+    for p in &providers {
+        let answer = p
+            .complete(&request(), &ignore, &cancel)
+            .await
+            .expect("answer");
+        answers.push((p.kind(), p.model().to_owned(), answer.content));
+    }
+    assert_eq!(
+        answers,
+        vec![
+            ("openai", "gpt-test".to_owned(), "from gpt".to_owned()),
+            (
+                "anthropic",
+                "claude-test".to_owned(),
+                "from claude".to_owned()
+            ),
+        ]
+    );
+}

@@ -394,3 +394,23 @@ fn block_index(event: &Value) -> Result<usize, LlmError> {
         .filter(|i| *i < 256)
         .ok_or_else(|| LlmError::transport("stream event without a valid block index", false))
 }
+
+#[async_trait::async_trait]
+impl super::ChatProvider for AnthropicProvider {
+    fn kind(&self) -> &'static str {
+        "anthropic"
+    }
+
+    fn model(&self) -> &str {
+        &self.config.model
+    }
+
+    async fn complete(
+        &self,
+        request: &ChatRequest,
+        on_event: &(dyn Fn(StreamEvent) + Send + Sync),
+        cancel: &CancellationToken,
+    ) -> Result<ChatResponse, LlmError> {
+        AnthropicProvider::complete(self, request, on_event, cancel).await
+    }
+}

@@ -17,6 +17,24 @@ use serde::{Deserialize, Serialize};
 
 pub use error::{ErrorClass, LlmError};
 
+/// A model endpoint the loop can call, whatever its wire format. The loop holds an ordered
+/// list of these: the main provider, then its fallbacks.
+#[async_trait::async_trait]
+pub trait ChatProvider: Send + Sync {
+    /// `openai` or `anthropic`, for logs and metrics.
+    fn kind(&self) -> &'static str;
+    /// The model name sent.
+    fn model(&self) -> &str;
+    /// Makes one call. `on_event` sees text deltas and tool starts as they stream; every
+    /// wait ends when `cancel` fires.
+    async fn complete(
+        &self,
+        request: &ChatRequest,
+        on_event: &(dyn Fn(StreamEvent) + Send + Sync),
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<ChatResponse, LlmError>;
+}
+
 /// One message of a model request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatMessage {

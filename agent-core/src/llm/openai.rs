@@ -65,10 +65,6 @@ impl OpenAiProvider {
         Ok(Self { config, client })
     }
 
-    pub fn model(&self) -> &str {
-        &self.config.model
-    }
-
     /// The request body, in the OpenAI wire format.
     pub fn body(&self, request: &ChatRequest) -> Value {
         let mut messages = Vec::with_capacity(request.messages.len() + 1);
@@ -352,5 +348,25 @@ impl Assembler {
             usage: self.usage,
             thinking: Vec::new(),
         })
+    }
+}
+
+#[async_trait::async_trait]
+impl super::ChatProvider for OpenAiProvider {
+    fn kind(&self) -> &'static str {
+        "openai"
+    }
+
+    fn model(&self) -> &str {
+        &self.config.model
+    }
+
+    async fn complete(
+        &self,
+        request: &ChatRequest,
+        on_event: &(dyn Fn(StreamEvent) + Send + Sync),
+        cancel: &CancellationToken,
+    ) -> Result<ChatResponse, LlmError> {
+        OpenAiProvider::complete(self, request, on_event, cancel).await
     }
 }
