@@ -11,7 +11,9 @@
 //! - [`llm`]: model requests and responses, error classes, the OpenAI-compatible provider.
 //! - [`redact`]: masks secrets in text before it leaves the process.
 //! - [`store`]: the `SessionStore` trait, its SQLite and PostgreSQL implementations, search.
+//! - [`tools`]: the `Tool` trait, the registry that runs calls safely, built-in tools.
 
 pub mod llm;
 pub mod redact;
 pub mod store;
+pub mod tools;

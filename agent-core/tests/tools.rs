@@ -1,0 +1,158 @@
+//! The tool registry turns every failure into an answer the model can read, and the built-in
+//! `clock` and `todo` tools behave as documented.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_core::tools::clock::Clock;
+use agent_core::tools::todo::Todo;
+use agent_core::tools::{Tool, ToolContext, ToolOutput, ToolRegistry};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// Sleeps for `secs` seconds unless cancelled.
+struct Sleeper;
+
+#[async_trait::async_trait]
+impl Tool for Sleeper {
+    fn name(&self) -> &str {
+        "sleep"
+    }
+    fn description(&self) -> &str {
+        "sleeps"
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object"})
+    }
+    async fn call(
+        &self,
+        args: Value,
+        _ctx: &ToolContext,
+        _cancel: &CancellationToken,
+    ) -> ToolOutput {
+        let secs = args["secs"].as_u64().unwrap_or(60);
+        tokio::time::sleep(Duration::from_secs(secs)).await;
+        ToolOutput::ok("awake")
+    }
+}
+
+fn ctx(session: &str) -> ToolContext {
+    ToolContext {
+        session_id: session.into(),
+        conversation_id: 1,
+    }
+}
+
+fn registry(todo: Arc<Todo>) -> ToolRegistry {
+    let mut r = ToolRegistry::new();
+    r.register(Arc::new(Clock));
+    r.register(todo);
+    r.register(Arc::new(Sleeper));
+    r
+}
+
+#[tokio::test]
+async fn schemas_are_sorted_and_complete() {
+    let r = registry(Arc::new(Todo::default()));
+    let names: Vec<String> = r.schemas().into_iter().map(|s| s.name).collect();
+    assert_eq!(names, ["clock", "sleep", "todo"]);
+    assert_eq!(r.schemas()[2].parameters["required"], json!(["op"]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_become_error_outputs() {
+    let r = registry(Arc::new(Todo::default()));
+    let cancel = CancellationToken::new();
+    let t = Duration::from_secs(5);
+    let out = r.call("nope", "{}", &ctx("s"), t, &cancel).await;
+    assert!(
+        out.is_error && out.content.contains("unknown tool") && out.content.contains("clock"),
+        "{out:?}"
+    );
+    let out = r.call("todo", "{not json", &ctx("s"), t, &cancel).await;
+    assert!(
+        out.is_error && out.content.contains("not valid JSON"),
+        "{out:?}"
+    );
+    let out = r
+        .call("sleep", r#"{"secs": 60}"#, &ctx("s"), t, &cancel)
+        .await;
+    assert!(
+        out.is_error && out.content.contains("within 5 s"),
+        "{out:?}"
+    );
+    let out = r
+        .call("sleep", r#"{"secs": 1}"#, &ctx("s"), t, &cancel)
+        .await;
+    assert_eq!(out, ToolOutput::ok("awake"));
+    cancel.cancel();
+    let out = r
+        .call("sleep", r#"{"secs": 1}"#, &ctx("s"), t, &cancel)
+        .await;
+    assert_eq!(out, ToolOutput::error("cancelled"));
+}
+
+#[tokio::test]
+async fn clock_answers_rfc3339_at_an_offset() {
+    let r = registry(Arc::new(Todo::default()));
+    let cancel = CancellationToken::new();
+    let t = Duration::from_secs(5);
+    let utc = r.call("clock", "", &ctx("s"), t, &cancel).await;
+    assert!(!utc.is_error);
+    let parsed = chrono::DateTime::parse_from_rfc3339(&utc.content).expect("RFC 3339");
+    assert_eq!(parsed.offset().local_minus_utc(), 0);
+    let plus2 = r
+        .call(
+            "clock",
+            r#"{"utc_offset_minutes": 120}"#,
+            &ctx("s"),
+            t,
+            &cancel,
+        )
+        .await;
+    assert!(plus2.content.ends_with("+02:00"), "{plus2:?}");
+    let bad = r
+        .call(
+            "clock",
+            r#"{"utc_offset_minutes": 5000}"#,
+            &ctx("s"),
+            t,
+            &cancel,
+        )
+        .await;
+    assert!(bad.is_error);
+}
+
+#[tokio::test]
+async fn todo_keeps_one_list_per_session() {
+    let todo = Arc::new(Todo::default());
+    let r = registry(todo.clone());
+    let cancel = CancellationToken::new();
+    let t = Duration::from_secs(5);
+    let call = |session: &'static str, args: Value| {
+        let r = r.clone();
+        let cancel = cancel.clone();
+        async move {
+            r.call("todo", &args.to_string(), &ctx(session), t, &cancel)
+                .await
+        }
+    };
+    call("a", json!({"op": "add", "text": "write tests"})).await;
+    call("a", json!({"op": "add", "text": "ship"})).await;
+    let out = call("a", json!({"op": "done", "n": 1})).await;
+    assert_eq!(out, ToolOutput::ok("1. [x] write tests\n2. [ ] ship"));
+    assert_eq!(
+        call("b", json!({"op": "list"})).await.content,
+        "(the todo list is empty)"
+    );
+    let out = call("a", json!({"op": "remove", "n": 3})).await;
+    assert!(out.is_error && out.content.contains("no item 3"), "{out:?}");
+    assert!(call("a", json!({"op": "add", "text": "  "})).await.is_error);
+    assert!(call("a", json!({"op": "fly"})).await.is_error);
+    assert!(call("a", json!({})).await.is_error);
+    call("a", json!({"op": "remove", "n": 1})).await;
+    assert_eq!(todo.items("a").len(), 1);
+    assert_eq!(todo.items("a")[0].text, "ship");
+    call("a", json!({"op": "clear"})).await;
+    assert!(todo.items("a").is_empty());
+}
