@@ -156,3 +156,96 @@ async fn todo_keeps_one_list_per_session() {
     call("a", json!({"op": "clear"})).await;
     assert!(todo.items("a").is_empty());
 }
+
+#[tokio::test]
+async fn memory_is_per_conversation_bounded_and_snapshotted() {
+    use agent_core::tools::memory::{MemoryFile, MemoryStore};
+    let dir = tempfile::tempdir().expect("dir");
+    let memory = Arc::new(MemoryStore::new(dir.path()));
+    let mut r = ToolRegistry::new();
+    r.register(memory.clone());
+    let cancel = CancellationToken::new();
+    let t = Duration::from_secs(5);
+    let alice = ToolContext {
+        session_id: "s1".into(),
+        conversation_id: 1,
+    };
+    let bob = ToolContext {
+        session_id: "s2".into(),
+        conversation_id: 2,
+    };
+    let call = |ctx: &ToolContext, args: Value| {
+        let (r, cancel, ctx) = (r.clone(), cancel.clone(), ctx.clone());
+        async move { r.call("memory", &args.to_string(), &ctx, t, &cancel).await }
+    };
+
+    let out = call(
+        &alice,
+        json!({"op": "add", "file": "user", "text": "Alice prefers metric units"}),
+    )
+    .await;
+    assert!(!out.is_error && out.content.contains("of 1375"), "{out:?}");
+    call(
+        &alice,
+        json!({"op": "add", "file": "memory", "text": "Project: Hydra ferry booking"}),
+    )
+    .await;
+    call(
+        &alice,
+        json!({"op": "add", "file": "memory", "text": "Deadline Friday"}),
+    )
+    .await;
+    let out = call(
+        &alice,
+        json!({"op": "replace", "file": "memory", "old": "Friday", "new": "Deadline Monday"}),
+    )
+    .await;
+    assert!(!out.is_error, "{out:?}");
+    assert_eq!(
+        memory.entries(1, MemoryFile::Memory).await.expect("read"),
+        ["Project: Hydra ferry booking", "Deadline Monday"]
+    );
+    assert!(
+        call(
+            &alice,
+            json!({"op": "remove", "file": "memory", "old": "nowhere"})
+        )
+        .await
+        .is_error
+    );
+    assert!(
+        call(&alice, json!({"op": "add", "file": "diary", "text": "x"}))
+            .await
+            .is_error
+    );
+
+    // Another conversation sees none of it.
+    assert_eq!(
+        call(&bob, json!({"op": "read", "file": "user"}))
+            .await
+            .content,
+        "(empty)"
+    );
+    assert!(memory.snapshot(2).await.expect("snapshot").is_empty());
+
+    // The limit is hard, and says how much room there is.
+    let big = "x".repeat(1400);
+    let out = call(&alice, json!({"op": "add", "file": "user", "text": big})).await;
+    assert!(out.is_error && out.content.contains("of 1375"), "{out:?}");
+    assert_eq!(
+        memory
+            .entries(1, MemoryFile::User)
+            .await
+            .expect("read")
+            .len(),
+        1,
+        "refused edits change nothing"
+    );
+
+    let snapshot = memory.snapshot(1).await.expect("snapshot");
+    assert!(
+        snapshot.contains("Hydra ferry") && snapshot.contains("metric units"),
+        "{snapshot}"
+    );
+    assert!(snapshot.find("MEMORY.md") < snapshot.find("USER.md"));
+}

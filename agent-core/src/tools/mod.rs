@@ -7,9 +7,11 @@
 //!
 //! # Layout
 //! - [`clock`]: the current time (UTC, or a fixed offset).
+//! - [`memory`]: MEMORY.md and USER.md per conversation, with hard size limits.
 //! - [`todo`]: a per-session task list the agent keeps for itself.
 
 pub mod clock;
+pub mod memory;
 pub mod todo;
 
 use std::collections::BTreeMap;
