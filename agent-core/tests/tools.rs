@@ -249,3 +249,132 @@ async fn memory_is_per_conversation_bounded_and_snapshotted() {
     );
     assert!(snapshot.find("MEMORY.md") < snapshot.find("USER.md"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_search_stays_inside_the_lineage_or_conversation() {
+    use agent_core::store::{
+        EndReason, NewConversation, NewMessage, Role, Rotation, SessionSpec, SessionStore,
+        SqliteStore,
+    };
+    use agent_core::tools::session_search::{SearchScope, SessionSearch};
+    let dir = tempfile::tempdir().expect("dir");
+    let store: Arc<dyn SessionStore> = Arc::new(
+        SqliteStore::open(dir.path().join("s.db"))
+            .await
+            .expect("open"),
+    );
+    let mine = store
+        .conversation(&NewConversation::new("api:me", "api"))
+        .await
+        .expect("conv");
+    let theirs = store
+        .conversation(&NewConversation::new("api:them", "api"))
+        .await
+        .expect("conv");
+    let root = store
+        .start_session(mine.id, &SessionSpec::default())
+        .await
+        .expect("session");
+    store
+        .append_messages(
+            &root.id,
+            &[NewMessage::text(Role::User, "the vault code is tangerine")],
+        )
+        .await
+        .expect("append");
+    let rotation = |from: &str, reason, link| Rotation {
+        conversation_id: mine.id,
+        from_session_id: from.to_owned(),
+        end_reason: reason,
+        link_parent: link,
+        spec: SessionSpec::default(),
+        messages: vec![],
+    };
+    let child = store
+        .rotate(&rotation(&root.id, EndReason::Compression, true))
+        .await
+        .expect("compress");
+    let other = store
+        .start_session(theirs.id, &SessionSpec::default())
+        .await
+        .expect("session");
+    store
+        .append_messages(
+            &other.id,
+            &[NewMessage::text(Role::User, "my tangerine tree")],
+        )
+        .await
+        .expect("append");
+    store.sync_search_index().await.expect("index");
+
+    let cancel = CancellationToken::new();
+    let t = Duration::from_secs(5);
+    let ctx = ToolContext {
+        session_id: child.id.clone(),
+        conversation_id: mine.id,
+    };
+    let mut r = ToolRegistry::new();
+    r.register(Arc::new(SessionSearch::new(
+        store.clone(),
+        SearchScope::Lineage,
+    )));
+    let out = r
+        .call(
+            "session_search",
+            r#"{"query": "tangerine"}"#,
+            &ctx,
+            t,
+            &cancel,
+        )
+        .await;
+    assert!(!out.is_error, "{out:?}");
+    assert!(
+        out.content.contains("[tangerine]") && out.content.contains(&root.id),
+        "{out:?}"
+    );
+    assert_eq!(
+        out.content.lines().count(),
+        1,
+        "another conversation's message must not appear: {out:?}"
+    );
+
+    // After /new, the lineage no longer reaches the old session; the conversation scope does.
+    let fresh = store
+        .rotate(&rotation(&child.id, EndReason::UserReset, false))
+        .await
+        .expect("reset");
+    let ctx = ToolContext {
+        session_id: fresh.id.clone(),
+        conversation_id: mine.id,
+    };
+    let out = r
+        .call(
+            "session_search",
+            r#"{"query": "tangerine"}"#,
+            &ctx,
+            t,
+            &cancel,
+        )
+        .await;
+    assert_eq!(out.content, "no matches");
+    let mut wide = ToolRegistry::new();
+    wide.register(Arc::new(SessionSearch::new(
+        store.clone(),
+        SearchScope::Conversation,
+    )));
+    let out = wide
+        .call(
+            "session_search",
+            r#"{"query": "vault tangerine"}"#,
+            &ctx,
+            t,
+            &cancel,
+        )
+        .await;
+    assert_eq!(out.content.lines().count(), 1, "{out:?}");
+    assert!(
+        r.call("session_search", "{}", &ctx, t, &cancel)
+            .await
+            .is_error
+    );
+}

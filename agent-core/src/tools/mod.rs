@@ -8,10 +8,12 @@
 //! # Layout
 //! - [`clock`]: the current time (UTC, or a fixed offset).
 //! - [`memory`]: MEMORY.md and USER.md per conversation, with hard size limits.
+//! - [`session_search`]: full-text search over this conversation's earlier messages.
 //! - [`todo`]: a per-session task list the agent keeps for itself.
 
 pub mod clock;
 pub mod memory;
+pub mod session_search;
 pub mod todo;
 
 use std::collections::BTreeMap;
