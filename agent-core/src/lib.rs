@@ -8,11 +8,13 @@
 //! and the adapters depend on it, never the other way round.
 //!
 //! # Layout
+//! - [`agent`]: the conversation loop: tool loop, retry chain, persistence.
 //! - [`llm`]: model requests and responses, error classes, the OpenAI-compatible provider.
 //! - [`redact`]: masks secrets in text before it leaves the process.
 //! - [`store`]: the `SessionStore` trait, its SQLite and PostgreSQL implementations, search.
 //! - [`tools`]: the `Tool` trait, the registry that runs calls safely, built-in tools.
 
+pub mod agent;
 pub mod llm;
 pub mod redact;
 pub mod store;

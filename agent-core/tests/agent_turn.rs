@@ -1,0 +1,349 @@
+//! The conversation loop against the scripted fake model and a real SQLite store: the tool
+//! round trip and what is persisted, usage on the session row, retries, fallback, the
+//! iteration limit, cancellation, and errors the loop hands back.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_core::agent::retry::{RetryNotice, RetryPolicy};
+use agent_core::agent::{Agent, TurnConfig, TurnError, TurnEvent, TurnInput};
+use agent_core::llm::openai::{OpenAiConfig, OpenAiProvider};
+use agent_core::llm::{ChatProvider, ErrorClass};
+use agent_core::store::{NewConversation, Role, SessionSpec, SessionStore, SqliteStore};
+use agent_core::tools::ToolRegistry;
+use agent_core::tools::clock::Clock;
+use agent_core::tools::todo::Todo;
+use testkit::Reply;
+use testkit::openai::FakeOpenAi;
+use tokio_util::sync::CancellationToken;
+
+struct Setup {
+    agent: Agent,
+    input: TurnInput,
+    _dir: tempfile::TempDir,
+}
+
+fn provider(fake: &FakeOpenAi, model: &str) -> Arc<dyn ChatProvider> {
+    let mut config = OpenAiConfig::new(&fake.base_url, model);
+    config.first_byte_timeout = Duration::from_secs(10);
+    Arc::new(OpenAiProvider::new(config).expect("client"))
+}
+
+async fn setup(providers: Vec<Arc<dyn ChatProvider>>, max_iterations: u32) -> Setup {
+    let dir = tempfile::tempdir().expect("dir");
+    let store: Arc<dyn SessionStore> = Arc::new(
+        SqliteStore::open(dir.path().join("s.db"))
+            .await
+            .expect("open"),
+    );
+    let c = store
+        .conversation(&NewConversation::new("api:turn", "api"))
+        .await
+        .expect("conv");
+    let s = store
+        .start_session(c.id, &SessionSpec::default())
+        .await
+        .expect("session");
+    let mut tools = ToolRegistry::new();
+    tools.register(Arc::new(Clock));
+    tools.register(Arc::new(Todo::default()));
+    let config = TurnConfig {
+        max_iterations,
+        max_tokens: 256,
+        tool_timeout: Duration::from_secs(5),
+        turn_deadline: Duration::from_secs(30),
+        retry: RetryPolicy {
+            backoff_base: Duration::from_millis(10),
+            backoff_cap: Duration::from_millis(50),
+            retry_after_cap: Duration::from_millis(50),
+            max_attempts: 3,
+        },
+    };
+    Setup {
+        agent: Agent {
+            providers,
+            tools,
+            store,
+            config,
+        },
+        input: TurnInput {
+            conversation_id: c.id,
+            session_id: s.id,
+            system_prompt: Some("You are terse.".into()),
+            user_text: "What time is it?".into(),
+        },
+        _dir: dir,
+    }
+}
+
+fn recorder() -> (Arc<Mutex<Vec<TurnEvent>>>, impl Fn(TurnEvent) + Send + Sync) {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    (events, move |e| sink.lock().expect("lock").push(e))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_round_trip_is_persisted_message_by_message() {
+    let fake = FakeOpenAi::start([
+        Reply::tool_calls([
+            ("clock", "{}"),
+            ("todo", r#"{"op":"add","text":"check time"}"#),
+        ])
+        .usage(100, 10),
+        Reply::text("It is noon.").usage(180, 5),
+    ])
+    .await
+    .expect("fake");
+    let s = setup(vec![provider(&fake, "main")], 90).await;
+    let (events, on_event) = recorder();
+    let outcome = s
+        .agent
+        .run_turn(&s.input, &on_event, &CancellationToken::new())
+        .await
+        .expect("turn");
+    assert_eq!(outcome.text, "It is noon.");
+    assert_eq!(
+        (
+            outcome.api_calls,
+            outcome.iterations,
+            outcome.context_tokens
+        ),
+        (2, 2, Some(180))
+    );
+
+    let stored = s
+        .agent
+        .store
+        .messages(&s.input.session_id)
+        .await
+        .expect("messages");
+    let roles: Vec<Role> = stored.iter().map(|m| m.body.role).collect();
+    assert_eq!(
+        roles,
+        [
+            Role::User,
+            Role::Assistant,
+            Role::Tool,
+            Role::Tool,
+            Role::Assistant
+        ]
+    );
+    assert_eq!(
+        stored[1]
+            .body
+            .tool_calls
+            .as_ref()
+            .and_then(|c| c.as_array())
+            .map(Vec::len),
+        Some(2)
+    );
+    assert_eq!(stored[2].body.tool_call_id.as_deref(), Some("call_0"));
+    assert_eq!(stored[2].body.tool_name.as_deref(), Some("clock"));
+    assert!(
+        stored[3]
+            .body
+            .content
+            .as_deref()
+            .is_some_and(|c| c.contains("check time"))
+    );
+    let session = s
+        .agent
+        .store
+        .session(&s.input.session_id)
+        .await
+        .expect("load")
+        .expect("exists");
+    assert_eq!(session.usage.api_call_count, 2);
+    assert_eq!(session.usage.input_tokens, 280);
+    assert_eq!(session.usage.output_tokens, 15);
+    assert_eq!(session.tool_call_count, 2);
+
+    // The second request carried the tool results, answered by id.
+    let second = &fake.requests()[1].body;
+    let sent = second["messages"].as_array().expect("messages");
+    assert_eq!(sent[0]["role"], "system");
+    assert_eq!(sent[3]["role"], "tool");
+    assert_eq!(sent[3]["tool_call_id"], "call_0");
+    assert_eq!(second["tools"].as_array().map(Vec::len), Some(2));
+    let events = events.lock().expect("lock");
+    assert!(events.contains(&TurnEvent::ToolFinished {
+        name: "clock".into(),
+        is_error: false
+    }));
+    assert!(events.iter().any(|e| matches!(e, TurnEvent::Text(_))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_errors_are_retried_and_counted() {
+    let fake = FakeOpenAi::start([
+        Reply::error(503, "busy"),
+        Reply::error(502, "bad gateway"),
+        Reply::text("ok"),
+    ])
+    .await
+    .expect("fake");
+    let s = setup(vec![provider(&fake, "main")], 90).await;
+    let (events, on_event) = recorder();
+    let outcome = s
+        .agent
+        .run_turn(&s.input, &on_event, &CancellationToken::new())
+        .await
+        .expect("turn");
+    assert_eq!((outcome.text.as_str(), outcome.api_calls), ("ok", 3));
+    let retries: Vec<ErrorClass> = events
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter_map(|e| match e {
+            TurnEvent::Retry(RetryNotice::Retrying { class, .. }) => Some(*class),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retries, [ErrorClass::Overloaded, ErrorClass::ServerError]);
+    let session = s
+        .agent
+        .store
+        .session(&s.input.session_id)
+        .await
+        .expect("load")
+        .expect("exists");
+    assert_eq!(session.usage.api_call_count, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_failure_falls_back_to_the_next_provider() {
+    let main = FakeOpenAi::start([Reply::error(401, r#"{"error":{"message":"bad key"}}"#)])
+        .await
+        .expect("fake");
+    let backup = FakeOpenAi::start([Reply::text("from the backup")])
+        .await
+        .expect("fake");
+    let s = setup(
+        vec![provider(&main, "main"), provider(&backup, "backup-model")],
+        90,
+    )
+    .await;
+    let (events, on_event) = recorder();
+    let outcome = s
+        .agent
+        .run_turn(&s.input, &on_event, &CancellationToken::new())
+        .await
+        .expect("turn");
+    assert_eq!(outcome.text, "from the backup");
+    assert_eq!(
+        main.requests().len(),
+        1,
+        "auth errors are not retried on the same provider"
+    );
+    assert!(
+        events
+            .lock()
+            .expect("lock")
+            .contains(&TurnEvent::Retry(RetryNotice::FallingBack {
+                to_model: "backup-model".into(),
+                after: ErrorClass::Auth
+            }))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_iteration_limit_ends_with_one_call_without_tools() {
+    let fake = FakeOpenAi::start([
+        Reply::tool_calls([("clock", "{}")]),
+        Reply::tool_calls([("clock", "{}")]),
+        Reply::text("final"),
+    ])
+    .await
+    .expect("fake");
+    let s = setup(vec![provider(&fake, "main")], 2).await;
+    let outcome = s
+        .agent
+        .run_turn(&s.input, &|_| {}, &CancellationToken::new())
+        .await
+        .expect("turn");
+    assert_eq!((outcome.text.as_str(), outcome.iterations), ("final", 3));
+    let last = &fake.requests()[2].body;
+    assert!(last.get("tools").is_none(), "the last call offers no tools");
+    let messages = last["messages"].as_array().expect("messages");
+    let note = messages.last().expect("note");
+    assert_eq!(note["role"], "user");
+    assert!(
+        note["content"]
+            .as_str()
+            .is_some_and(|c| c.contains("Answer now"))
+    );
+    let stored = s
+        .agent
+        .store
+        .messages(&s.input.session_id)
+        .await
+        .expect("messages");
+    assert!(
+        stored.iter().all(|m| !m
+            .body
+            .content
+            .as_deref()
+            .unwrap_or("")
+            .contains("Answer now")),
+        "the note is scaffolding, never stored"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_abandons_a_hung_call_and_keeps_what_was_said() {
+    let fake = FakeOpenAi::start([Reply::hang()]).await.expect("fake");
+    let s = setup(vec![provider(&fake, "main")], 90).await;
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        trigger.cancel();
+    });
+    let started = std::time::Instant::now();
+    let err = s
+        .agent
+        .run_turn(&s.input, &|_| {}, &cancel)
+        .await
+        .expect_err("cancelled");
+    assert!(matches!(err, TurnError::Cancelled), "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "cancel must not wait for the hung call"
+    );
+    let stored = s
+        .agent
+        .store
+        .messages(&s.input.session_id)
+        .await
+        .expect("messages");
+    assert_eq!(stored.len(), 1, "the user message is kept");
+    assert_eq!(stored[0].body.content.as_deref(), Some("What time is it?"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_overflow_comes_back_to_the_caller_with_the_limit() {
+    let fake = FakeOpenAi::start([Reply::error(
+        400,
+        r#"{"error":{"message":"This model's maximum context length is 8192 tokens.","code":"context_length_exceeded"}}"#,
+    )])
+    .await
+    .expect("fake");
+    let s = setup(vec![provider(&fake, "main")], 90).await;
+    let err = s
+        .agent
+        .run_turn(&s.input, &|_| {}, &CancellationToken::new())
+        .await
+        .expect_err("overflow");
+    match err {
+        TurnError::Model(e) => assert_eq!(
+            (e.class, e.context_limit),
+            (ErrorClass::ContextOverflow, Some(8192))
+        ),
+        other => panic!("expected a model error, got {other:?}"),
+    }
+    assert_eq!(
+        fake.requests().len(),
+        1,
+        "not retried blindly: compression must come first"
+    );
+}
