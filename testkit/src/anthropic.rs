@@ -9,62 +9,37 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::{Json, Router};
 use serde_json::{Value, json};
 
-use crate::script::{Kind, Shared, pieces};
+use crate::script::{Kind, Running, Shared, error_response, pieces};
 pub use crate::script::{Recorded, Reply};
 
 /// A running fake; stops when dropped.
 pub struct FakeAnthropic {
     /// The base URL to configure: `http://127.0.0.1:PORT`.
     pub base_url: String,
-    shared: Arc<Shared>,
-    server: tokio::task::JoinHandle<()>,
+    running: Running,
 }
 
 impl FakeAnthropic {
     /// Starts on a free port with this script.
     pub async fn start(script: impl IntoIterator<Item = Reply>) -> std::io::Result<Self> {
-        let shared = Arc::new(Shared::default());
-        shared
-            .script
-            .lock()
-            .map_err(|_| std::io::Error::other("poisoned"))?
-            .extend(script);
-        let app = Router::new()
-            .route("/v1/messages", post(messages))
-            .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let base_url = format!("http://{}", listener.local_addr()?);
-        let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let running = Running::start(script, "/v1/messages", post(messages)).await?;
         Ok(Self {
-            base_url,
-            shared,
-            server,
+            base_url: format!("http://{}", running.addr),
+            running,
         })
     }
 
-    /// Every request so far (`authorization` holds the `x-api-key` header).
+    /// Every request so far.
     pub fn requests(&self) -> Vec<Recorded> {
-        self.shared
-            .requests
-            .lock()
-            .map(|r| r.clone())
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for FakeAnthropic {
-    fn drop(&mut self) {
-        self.server.abort();
+        self.running.requests()
     }
 }
 
@@ -91,17 +66,7 @@ async fn messages(
         retry_after,
     } = &reply.kind
     {
-        let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut response = (status, body.clone()).into_response();
-        response
-            .headers_mut()
-            .insert("content-type", HeaderValue::from_static("application/json"));
-        if let Some(value) = retry_after
-            .as_deref()
-            .and_then(|v| HeaderValue::from_str(v).ok())
-        {
-            response.headers_mut().insert("retry-after", value);
-        }
+        let response = error_response(*status, body, retry_after.as_deref());
         return response;
     }
     if let Kind::Hang = reply.kind {

@@ -10,69 +10,37 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::{Json, Router};
 use serde_json::{Value, json};
 
-use crate::script::{Kind, Shared, pieces};
+use crate::script::{Kind, Running, Shared, error_response, pieces};
 pub use crate::script::{Recorded, Reply};
 
 /// A running fake; stops when dropped.
 pub struct FakeOpenAi {
     /// The base URL to configure: `http://127.0.0.1:PORT/v1`.
     pub base_url: String,
-    shared: Arc<Shared>,
-    server: tokio::task::JoinHandle<()>,
+    running: Running,
 }
 
 impl FakeOpenAi {
     /// Starts on a free port with this script.
     pub async fn start(script: impl IntoIterator<Item = Reply>) -> std::io::Result<Self> {
-        let shared = Arc::new(Shared::default());
-        shared
-            .script
-            .lock()
-            .map_err(|_| std::io::Error::other("poisoned"))?
-            .extend(script);
-        let app = Router::new()
-            .route("/v1/chat/completions", post(complete))
-            .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let base_url = format!("http://{}/v1", listener.local_addr()?);
-        let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let running = Running::start(script, "/v1/chat/completions", post(complete)).await?;
         Ok(Self {
-            base_url,
-            shared,
-            server,
+            base_url: format!("http://{}/v1", running.addr),
+            running,
         })
-    }
-
-    /// Appends replies to the script.
-    pub fn push(&self, reply: Reply) {
-        if let Ok(mut script) = self.shared.script.lock() {
-            script.push_back(reply);
-        }
     }
 
     /// Every request so far.
     pub fn requests(&self) -> Vec<Recorded> {
-        self.shared
-            .requests
-            .lock()
-            .map(|r| r.clone())
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for FakeOpenAi {
-    fn drop(&mut self) {
-        self.server.abort();
+        self.running.requests()
     }
 }
 
@@ -90,14 +58,10 @@ async fn complete(
         .pointer("/stream_options/include_usage")
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    if let Ok(mut requests) = shared.requests.lock() {
-        requests.push(Recorded {
-            body,
-            authorization,
-        });
-    }
-    let reply = shared.script.lock().ok().and_then(|mut s| s.pop_front());
-    let Some(reply) = reply else {
+    let Some(reply) = shared.next(Recorded {
+        body,
+        authorization,
+    }) else {
         let body = json!({"error": {"message": "fake script exhausted", "type": "server_error"}});
         return (StatusCode::INTERNAL_SERVER_ERROR, Json(body)).into_response();
     };
@@ -108,21 +72,7 @@ async fn complete(
             status,
             body,
             retry_after,
-        } => {
-            let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let mut response = (status, body.clone()).into_response();
-            response.headers_mut().insert(
-                "content-type",
-                axum::http::HeaderValue::from_static("application/json"),
-            );
-            if let Some(value) = retry_after
-                .as_deref()
-                .and_then(|v| axum::http::HeaderValue::from_str(v).ok())
-            {
-                response.headers_mut().insert("retry-after", value);
-            }
-            response
-        }
+        } => error_response(*status, body, retry_after.as_deref()),
         _ if stream => sse(&reply, include_usage),
         _ => whole(&reply),
     }

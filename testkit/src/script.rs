@@ -1,9 +1,13 @@
 //! The script both model fakes follow: what to answer to each request, and what was asked.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::Router;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::MethodRouter;
 use serde_json::Value;
 
 /// What the fake answers to one request.
@@ -154,4 +158,67 @@ pub(crate) fn pieces(text: &str, n: usize) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
     let size = chars.len().div_ceil(n.max(1)).max(1);
     chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
+
+/// A fake's server task and script, shared by both fakes; stops when dropped.
+pub(crate) struct Running {
+    pub(crate) addr: std::net::SocketAddr,
+    pub(crate) shared: Arc<Shared>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Serves `handler` at `path` on a free port, following `script`.
+    pub(crate) async fn start(
+        script: impl IntoIterator<Item = Reply>,
+        path: &str,
+        handler: MethodRouter<Arc<Shared>>,
+    ) -> std::io::Result<Self> {
+        let shared = Arc::new(Shared::default());
+        shared
+            .script
+            .lock()
+            .map_err(|_| std::io::Error::other("poisoned"))?
+            .extend(script);
+        let app = Router::new()
+            .route(path, handler)
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Self {
+            addr,
+            shared,
+            server,
+        })
+    }
+
+    pub(crate) fn requests(&self) -> Vec<Recorded> {
+        self.shared
+            .requests
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+/// An HTTP error reply with a JSON body and an optional `Retry-After`.
+pub(crate) fn error_response(status: u16, body: &str, retry_after: Option<&str>) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = (status, body.to_owned()).into_response();
+    response
+        .headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/json"));
+    if let Some(value) = retry_after.and_then(|v| HeaderValue::from_str(v).ok()) {
+        response.headers_mut().insert("retry-after", value);
+    }
+    response
 }

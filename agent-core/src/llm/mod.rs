@@ -10,6 +10,7 @@
 
 pub mod anthropic;
 pub mod error;
+mod http;
 pub mod openai;
 pub mod sse;
 

@@ -12,6 +12,7 @@ use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use super::http::{bounded, send};
 use super::sse::SseParser;
 use super::{
     ChatMessage, ChatRequest, ChatResponse, FinishReason, LlmError, StreamEvent, ToolCall, Usage,
@@ -58,10 +59,7 @@ pub struct OpenAiProvider {
 
 impl OpenAiProvider {
     pub fn new(config: OpenAiConfig) -> Result<Self, LlmError> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .build()
-            .map_err(|e| LlmError::transport(format!("cannot build HTTP client: {e}"), false))?;
+        let client = super::http::client(config.connect_timeout)?;
         Ok(Self { config, client })
     }
 
@@ -112,21 +110,13 @@ impl OpenAiProvider {
         if let Some(key) = &self.config.api_key {
             call = call.bearer_auth(key);
         }
-        let response = bounded(cancel, self.config.first_byte_timeout, call.send())
-            .await?
-            .map_err(|e| LlmError::transport(e.to_string(), e.is_timeout()))?;
-        let status = response.status().as_u16();
-        if status >= 400 {
-            let retry_after = response
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
-            let body = bounded(cancel, self.config.idle_timeout, response.text())
-                .await?
-                .unwrap_or_default();
-            return Err(LlmError::from_http(status, retry_after.as_deref(), &body));
-        }
+        let response = send(
+            call,
+            cancel,
+            self.config.first_byte_timeout,
+            self.config.idle_timeout,
+        )
+        .await?;
         if !self.config.stream {
             let body = bounded(cancel, self.config.idle_timeout, response.text())
                 .await?
@@ -162,20 +152,6 @@ impl OpenAiProvider {
                 }
                 return answer.finish();
             }
-        }
-    }
-}
-
-/// Awaits `future` unless the turn is cancelled or `limit` passes first.
-async fn bounded<F: std::future::Future>(
-    cancel: &CancellationToken,
-    limit: Duration,
-    future: F,
-) -> Result<F::Output, LlmError> {
-    tokio::select! {
-        () = cancel.cancelled() => Err(LlmError::cancelled()),
-        result = tokio::time::timeout(limit, future) => {
-            result.map_err(|_| LlmError::transport(format!("no data for {} s", limit.as_secs()), true))
         }
     }
 }
