@@ -347,3 +347,133 @@ async fn a_context_overflow_comes_back_to_the_caller_with_the_limit() {
         "not retried blindly: compression must come first"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncated_answer_is_continued_and_joined_once() {
+    let fake = FakeOpenAi::start([
+        Reply::text("The first half, ").finish_reason("length"),
+        Reply::text("the second half.").finish_reason("length"),
+        Reply::text(" The end."),
+    ])
+    .await
+    .expect("fake");
+    let s = setup(vec![provider(&fake, "main")], 90).await;
+    let outcome = s
+        .agent
+        .run_turn(&s.input, &|_| {}, &CancellationToken::new())
+        .await
+        .expect("turn");
+    assert_eq!(outcome.text, "The first half, the second half. The end.");
+    assert_eq!(outcome.api_calls, 3);
+    let second = fake.requests()[1].body["messages"].clone();
+    let sent = second.as_array().expect("messages");
+    let n = sent.len();
+    assert_eq!(sent[n - 2]["content"], "The first half, ");
+    assert!(
+        sent[n - 1]["content"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("Continue exactly"))
+    );
+    let third = fake.requests()[2].body["messages"].clone();
+    assert_eq!(
+        third[third.as_array().map_or(0, Vec::len) - 2]["content"],
+        "The first half, the second half."
+    );
+    let stored = s
+        .agent
+        .store
+        .messages(&s.input.session_id)
+        .await
+        .expect("messages");
+    let bodies: Vec<_> = stored
+        .iter()
+        .map(|m| (m.body.role, m.body.content.clone().unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        bodies,
+        [
+            (Role::User, "What time is it?".to_owned()),
+            (
+                Role::Assistant,
+                "The first half, the second half. The end.".to_owned()
+            )
+        ],
+        "partials and the continue note are never stored"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_answer_is_nudged_then_given_up_honestly() {
+    let fake = FakeOpenAi::start([Reply::text(""), Reply::text("Here it is.")])
+        .await
+        .expect("fake");
+    let s = setup(vec![provider(&fake, "main")], 90).await;
+    let outcome = s
+        .agent
+        .run_turn(&s.input, &|_| {}, &CancellationToken::new())
+        .await
+        .expect("turn");
+    assert_eq!(outcome.text, "Here it is.");
+    let nudge = fake.requests()[1].body["messages"].clone();
+    let last = &nudge[nudge.as_array().map_or(0, Vec::len) - 1];
+    assert!(
+        last["content"]
+            .as_str()
+            .is_some_and(|c| c.contains("empty")),
+        "{last}"
+    );
+    let stored = s
+        .agent
+        .store
+        .messages(&s.input.session_id)
+        .await
+        .expect("messages");
+    assert_eq!(stored.len(), 2, "no empty answer or nudge stored");
+
+    let silent = FakeOpenAi::start([
+        Reply::text(""),
+        Reply::text(""),
+        Reply::text(""),
+        Reply::text(""),
+    ])
+    .await
+    .expect("fake");
+    let s = setup(vec![provider(&silent, "main")], 90).await;
+    let outcome = s
+        .agent
+        .run_turn(&s.input, &|_| {}, &CancellationToken::new())
+        .await
+        .expect("turn");
+    assert!(outcome.text.contains("no answer"), "{outcome:?}");
+    assert_eq!(silent.requests().len(), 4, "one call and three nudges");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silence_after_tools_reuses_the_text_written_beside_them() {
+    let fake = FakeOpenAi::start([
+        Reply::tool_calls([("clock", "{}")]).saying("It is about noon; checking to be sure."),
+        Reply::text(""),
+    ])
+    .await
+    .expect("fake");
+    let s = setup(vec![provider(&fake, "main")], 90).await;
+    let outcome = s
+        .agent
+        .run_turn(&s.input, &|_| {}, &CancellationToken::new())
+        .await
+        .expect("turn");
+    assert_eq!(outcome.text, "It is about noon; checking to be sure.");
+    assert_eq!(fake.requests().len(), 2, "no nudge needed");
+    let stored = s
+        .agent
+        .store
+        .messages(&s.input.session_id)
+        .await
+        .expect("messages");
+    let last = stored.last().expect("answer");
+    assert_eq!(last.body.role, Role::Assistant);
+    assert_eq!(
+        last.body.content.as_deref(),
+        Some("It is about noon; checking to be sure.")
+    );
+}

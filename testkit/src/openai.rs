@@ -99,7 +99,7 @@ fn whole(reply: &Reply) -> Response {
             (json!({"role": "assistant", "content": text}), "stop")
         }
         Kind::ToolCalls(calls) => (
-            json!({"role": "assistant", "content": "", "tool_calls": tool_calls_json(calls)}),
+            json!({"role": "assistant", "content": reply.saying.clone().unwrap_or_default(), "tool_calls": tool_calls_json(calls)}),
             "tool_calls",
         ),
         Kind::Error { .. } | Kind::Hang => (Value::Null, "stop"),
@@ -148,6 +148,9 @@ fn sse(reply: &Reply, include_usage: bool) -> Response {
             "stop"
         }
         Kind::ToolCalls(calls) => {
+            if let Some(text) = &reply.saying {
+                events.push(chunk(json!({"content": text}), None));
+            }
             for (i, (name, args)) in calls.iter().enumerate() {
                 let first = json!({"tool_calls": [{"index": i, "id": format!("call_{i}"), "type": "function",
                     "function": {"name": name, "arguments": ""}}]});

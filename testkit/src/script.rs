@@ -19,6 +19,8 @@ pub struct Reply {
     pub(crate) finish_reason: Option<String>,
     /// A thinking block (text, signature) before the answer (Anthropic).
     pub(crate) thinking: Option<(String, String)>,
+    /// Text sent beside tool calls.
+    pub(crate) saying: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -47,6 +49,7 @@ impl Reply {
             delay: Duration::ZERO,
             finish_reason: None,
             thinking: None,
+            saying: None,
         }
     }
 
@@ -118,6 +121,12 @@ impl Reply {
     /// Starts the answer with a signed thinking block (Anthropic only).
     pub fn thinking(mut self, text: impl Into<String>, signature: impl Into<String>) -> Self {
         self.thinking = Some((text.into(), signature.into()));
+        self
+    }
+
+    /// Text the model writes beside its tool calls (OpenAI fake).
+    pub fn saying(mut self, text: impl Into<String>) -> Self {
+        self.saying = Some(text.into());
         self
     }
 

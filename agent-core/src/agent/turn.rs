@@ -8,9 +8,20 @@ use tokio_util::sync::CancellationToken;
 
 use super::history;
 use super::retry::{self, RetryNotice, RetryPolicy};
-use crate::llm::{ChatMessage, ChatProvider, ChatRequest, ErrorClass, LlmError, StreamEvent};
+use crate::llm::{
+    ChatMessage, ChatProvider, ChatRequest, ErrorClass, FinishReason, LlmError, StreamEvent,
+};
 use crate::store::{NewMessage, Role, SessionStore, SessionUsage, StoreError};
 use crate::tools::{ToolContext, ToolRegistry};
+
+/// How often an empty answer is nudged, and a truncated one continued.
+const MAX_RECOVERIES: u32 = 3;
+/// Sent (never stored) after an empty answer.
+const EMPTY_NUDGE: &str = "Your last reply was empty. Please answer the message above.";
+/// Sent (never stored) after an answer cut off by the length limit.
+const CONTINUE_NOTE: &str = "Continue exactly where you stopped, without repeating anything.";
+/// The answer when the model stays silent.
+const NO_ANSWER: &str = "(The model returned no answer. Please try again or rephrase.)";
 
 /// The note sent (never stored) with the last call once the tool budget is spent.
 const FINAL_ANSWER_NOTE: &str = "You have used every tool call this turn allows. Answer now with what you have, without calling tools.";
@@ -117,13 +128,9 @@ impl Agent {
             session_id: input.session_id.clone(),
             conversation_id: input.conversation_id,
         };
-        let text_events = |e: StreamEvent| {
-            if let StreamEvent::TextDelta(t) = e {
-                on_event(TurnEvent::Text(t));
-            }
-        };
-        let notices = |n: RetryNotice| on_event(TurnEvent::Retry(n));
         let mut api_calls = 0;
+        // Text the model wrote beside tool calls this turn: the answer if it then falls silent.
+        let mut earlier_text: Option<String> = None;
         for iteration in 0..=self.config.max_iterations {
             if cancel.is_cancelled() {
                 return Err(TurnError::Cancelled);
@@ -145,30 +152,15 @@ impl Agent {
                     .messages
                     .push(ChatMessage::text(Role::User, FINAL_ANSWER_NOTE));
             }
-            let called = match retry::call(
-                &self.providers,
-                &request,
-                &self.config.retry,
-                deadline,
-                &text_events,
-                &notices,
-                cancel,
-            )
-            .await
-            {
-                Ok(called) => called,
-                Err(failed) => {
-                    self.record_calls(&input.session_id, failed.calls, None)
-                        .await?;
-                    return Err(match failed.error.class {
-                        ErrorClass::Cancelled => TurnError::Cancelled,
-                        _ => TurnError::Model(failed.error),
-                    });
-                }
-            };
-            api_calls += called.calls;
-            let response = called.response;
-            self.record_calls(&input.session_id, called.calls, response.usage)
+            let response = self
+                .call_model(
+                    &input.session_id,
+                    &request,
+                    deadline,
+                    &mut api_calls,
+                    on_event,
+                    cancel,
+                )
                 .await?;
             let finish = response
                 .finish_reason
@@ -179,6 +171,24 @@ impl Agent {
             } else {
                 response.tool_calls.clone()
             };
+            if calls.is_empty() {
+                return self
+                    .finish_answer(
+                        input,
+                        &messages,
+                        response,
+                        earlier_text,
+                        deadline,
+                        api_calls,
+                        iteration + 1,
+                        on_event,
+                        cancel,
+                    )
+                    .await;
+            }
+            if !response.content.trim().is_empty() {
+                earlier_text = Some(response.content.clone());
+            }
             let tokens = response.usage.map(|u| u.completion_tokens);
             self.store
                 .append_messages(
@@ -198,14 +208,6 @@ impl Agent {
                 tool_call_id: None,
                 thinking: response.thinking.clone(),
             });
-            if calls.is_empty() {
-                return Ok(TurnOutcome {
-                    text: response.content,
-                    api_calls,
-                    iterations: iteration + 1,
-                    context_tokens: response.usage.map(|u| u.prompt_tokens),
-                });
-            }
             // Independent calls run together, each bounded by the tool timeout.
             let runs = calls.iter().map(|call| async {
                 on_event(TurnEvent::ToolStarted {
@@ -248,6 +250,132 @@ impl Agent {
             "the tool loop ended without an answer",
             false,
         )))
+    }
+
+    /// One model call through the retry chain, its calls and usage recorded on the session.
+    async fn call_model(
+        &self,
+        session_id: &str,
+        request: &ChatRequest,
+        deadline: tokio::time::Instant,
+        api_calls: &mut u32,
+        on_event: &(dyn Fn(TurnEvent) + Send + Sync),
+        cancel: &CancellationToken,
+    ) -> Result<crate::llm::ChatResponse, TurnError> {
+        let text_events = |e: StreamEvent| {
+            if let StreamEvent::TextDelta(t) = e {
+                on_event(TurnEvent::Text(t));
+            }
+        };
+        let notices = |n: RetryNotice| on_event(TurnEvent::Retry(n));
+        match retry::call(
+            &self.providers,
+            request,
+            &self.config.retry,
+            deadline,
+            &text_events,
+            &notices,
+            cancel,
+        )
+        .await
+        {
+            Ok(called) => {
+                *api_calls += called.calls;
+                self.record_calls(session_id, called.calls, called.response.usage)
+                    .await?;
+                Ok(called.response)
+            }
+            Err(failed) => {
+                *api_calls += failed.calls;
+                self.record_calls(session_id, failed.calls, None).await?;
+                Err(match failed.error.class {
+                    ErrorClass::Cancelled => TurnError::Cancelled,
+                    _ => TurnError::Model(failed.error),
+                })
+            }
+        }
+    }
+
+    /// Turns the model's last answer into the turn's answer: a length-truncated answer is
+    /// continued (up to 3 times, joined); an empty one falls back to text the model wrote
+    /// beside its tool calls, else is nudged and retried (up to 3 times), else ends with a
+    /// note that says so. The nudges and partial answers are never stored; the answer is,
+    /// once.
+    #[allow(clippy::too_many_arguments)]
+    async fn finish_answer(
+        &self,
+        input: &TurnInput,
+        history: &[ChatMessage],
+        response: crate::llm::ChatResponse,
+        earlier_text: Option<String>,
+        deadline: tokio::time::Instant,
+        mut api_calls: u32,
+        iterations: u32,
+        on_event: &(dyn Fn(TurnEvent) + Send + Sync),
+        cancel: &CancellationToken,
+    ) -> Result<TurnOutcome, TurnError> {
+        let mut text = response.content;
+        let mut finish = response.finish_reason;
+        let mut usage = response.usage;
+        let (mut continuations, mut nudges) = (0, 0);
+        loop {
+            let empty = text.trim().is_empty();
+            let mut messages = history.to_vec();
+            if empty {
+                if let Some(earlier) = &earlier_text {
+                    text = earlier.clone();
+                    break;
+                }
+                if nudges == MAX_RECOVERIES {
+                    text = NO_ANSWER.to_owned();
+                    break;
+                }
+                nudges += 1;
+                messages.push(ChatMessage::text(Role::User, EMPTY_NUDGE));
+            } else if finish == Some(FinishReason::Length) && continuations < MAX_RECOVERIES {
+                continuations += 1;
+                messages.push(ChatMessage::text(Role::Assistant, &text));
+                messages.push(ChatMessage::text(Role::User, CONTINUE_NOTE));
+            } else {
+                break;
+            }
+            let request = ChatRequest {
+                system: input.system_prompt.clone(),
+                messages,
+                tools: Vec::new(),
+                max_tokens: self.config.max_tokens,
+                temperature: None,
+            };
+            let next = self
+                .call_model(
+                    &input.session_id,
+                    &request,
+                    deadline,
+                    &mut api_calls,
+                    on_event,
+                    cancel,
+                )
+                .await?;
+            if empty {
+                text = next.content;
+            } else {
+                text.push_str(&next.content);
+            }
+            finish = next.finish_reason;
+            usage = next.usage.or(usage);
+        }
+        let finish_text = finish.as_ref().map(|f| format!("{f:?}").to_lowercase());
+        let answer =
+            history::assistant(&text, &[], finish_text, usage.map(|u| u.completion_tokens));
+        self.store
+            .append_messages(&input.session_id, &[answer])
+            .await?;
+        Ok(TurnOutcome {
+            text,
+            api_calls,
+            iterations,
+            context_tokens: usage.map(|u| u.prompt_tokens),
+        })
     }
 
     /// Adds calls and their usage to the session's totals.
