@@ -50,6 +50,7 @@ async fn setup(providers: Vec<Arc<dyn ChatProvider>>, max_iterations: u32) -> Se
     let config = TurnConfig {
         max_iterations,
         max_tokens: 256,
+        temperature: None,
         tool_timeout: Duration::from_secs(5),
         turn_deadline: Duration::from_secs(30),
         retry: RetryPolicy {

@@ -27,6 +27,18 @@ impl Drop for Llama {
 }
 
 async fn llama(context: u32) -> Option<Llama> {
+    llama_with(context, &[]).await
+}
+
+/// The tools-aware ChatML template (llama.cpp's `--jinja` mode then parses tool calls).
+fn tools_template() -> String {
+    format!(
+        "{}/../testkit/templates/chatml-tools.jinja",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+async fn llama_with(context: u32, extra: &[&str]) -> Option<Llama> {
     let (Ok(server), Ok(model)) = (
         std::env::var("IRIS_LLAMA_SERVER"),
         std::env::var("IRIS_LLAMA_MODEL"),
@@ -66,6 +78,7 @@ async fn llama(context: u32) -> Option<Llama> {
             "2",
             "--no-ui",
         ])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -165,4 +178,132 @@ async fn a_prompt_over_the_context_is_a_context_overflow_with_the_real_limit() {
     assert_eq!(err.class, ErrorClass::ContextOverflow, "{err}");
     assert_eq!(err.status, Some(400));
     assert_eq!(err.context_limit, Some(512));
+}
+
+/// A tool that always answers the same, so the model's last words can be checked.
+struct FixedClock;
+
+#[async_trait::async_trait]
+impl agent_core::tools::Tool for FixedClock {
+    fn name(&self) -> &str {
+        "clock"
+    }
+    fn description(&self) -> &str {
+        "Get the current time"
+    }
+    fn parameters(&self) -> serde_json::Value {
+        serde_json::json!({"type": "object", "properties": {}})
+    }
+    async fn call(
+        &self,
+        _args: serde_json::Value,
+        _ctx: &agent_core::tools::ToolContext,
+        _cancel: &CancellationToken,
+    ) -> agent_core::tools::ToolOutput {
+        agent_core::tools::ToolOutput::ok("11:30")
+    }
+}
+
+/// A whole turn through the loop against the real server: the model calls the tool (parsed
+/// from its `<tool_call>` text by llama.cpp, streamed as tool-call deltas), the loop runs it,
+/// and the model answers from the result. The 135M model calls tools reliably only after one
+/// example exchange, which the session is seeded with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_round_trip_through_the_loop() {
+    use std::sync::Arc;
+
+    use agent_core::agent::{Agent, TurnConfig, TurnInput};
+    use agent_core::store::{NewConversation, NewMessage, SessionSpec, SessionStore, SqliteStore};
+    use agent_core::tools::ToolRegistry;
+
+    let template = tools_template();
+    let Some(llama) = llama_with(2048, &["--jinja", "--chat-template-file", &template]).await
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let store: Arc<dyn SessionStore> = Arc::new(
+        SqliteStore::open(dir.path().join("s.db"))
+            .await
+            .expect("open"),
+    );
+    let c = store
+        .conversation(&NewConversation::new("api:llama", "api"))
+        .await
+        .expect("conv");
+    let s = store
+        .start_session(c.id, &SessionSpec::default())
+        .await
+        .expect("session");
+    let mut call = NewMessage::text(Role::Assistant, "");
+    call.content = None;
+    call.tool_calls = Some(serde_json::json!([{"id": "a1", "name": "clock", "arguments": "{}"}]));
+    let mut result = NewMessage::text(Role::Tool, "09:15");
+    result.tool_call_id = Some("a1".into());
+    result.tool_name = Some("clock".into());
+    store
+        .append_messages(
+            &s.id,
+            &[
+                NewMessage::text(Role::User, "Use the clock tool."),
+                call,
+                result,
+                NewMessage::text(Role::Assistant, "It is 09:15."),
+            ],
+        )
+        .await
+        .expect("seed");
+    let mut tools = ToolRegistry::new();
+    tools.register(Arc::new(FixedClock));
+    let agent = Agent {
+        providers: vec![Arc::new(provider(&llama))],
+        tools,
+        store: store.clone(),
+        config: TurnConfig {
+            max_iterations: 3,
+            max_tokens: 64,
+            temperature: Some(0.0),
+            ..TurnConfig::default()
+        },
+    };
+    let input = TurnInput {
+        conversation_id: c.id,
+        session_id: s.id.clone(),
+        system_prompt: Some("You are a helpful assistant.".into()),
+        user_text: "Use the clock tool.".into(),
+    };
+    let outcome = agent
+        .run_turn(&input, &|_| {}, &CancellationToken::new())
+        .await
+        .expect("turn");
+    let stored = store.messages(&s.id).await.expect("messages");
+    let new: Vec<_> = stored[4..]
+        .iter()
+        .map(|m| {
+            (
+                m.body.role,
+                m.body.tool_name.clone(),
+                m.body.content.clone(),
+            )
+        })
+        .collect();
+    assert!(new.len() >= 4, "user, tool call, result, answer: {new:?}");
+    assert_eq!(
+        new[2],
+        (
+            Role::Tool,
+            Some("clock".to_owned()),
+            Some("11:30".to_owned())
+        ),
+        "{new:?}"
+    );
+    assert!(
+        stored[5].body.tool_calls.is_some(),
+        "the model's call was parsed into tool_calls"
+    );
+    assert!(
+        outcome.text.contains("11:30"),
+        "the answer uses the tool's result: {:?}",
+        outcome.text
+    );
 }

@@ -32,6 +32,8 @@ pub struct TurnConfig {
     /// Model calls with tools before one last call without them.
     pub max_iterations: u32,
     pub max_tokens: u32,
+    /// Sampling temperature; `None` leaves the provider's default.
+    pub temperature: Option<f32>,
     /// Per tool call.
     pub tool_timeout: Duration,
     /// Bounds the whole turn, retries included.
@@ -44,6 +46,7 @@ impl Default for TurnConfig {
         Self {
             max_iterations: 90,
             max_tokens: 4096,
+            temperature: None,
             tool_timeout: Duration::from_secs(120),
             turn_deadline: Duration::from_secs(900),
             retry: RetryPolicy::default(),
@@ -145,7 +148,7 @@ impl Agent {
                     self.tools.schemas()
                 },
                 max_tokens: self.config.max_tokens,
-                temperature: None,
+                temperature: self.config.temperature,
             };
             if last {
                 request
@@ -344,7 +347,7 @@ impl Agent {
                 messages,
                 tools: Vec::new(),
                 max_tokens: self.config.max_tokens,
-                temperature: None,
+                temperature: self.config.temperature,
             };
             let next = self
                 .call_model(
