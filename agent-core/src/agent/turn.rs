@@ -168,7 +168,7 @@ impl Agent {
             let finish = response
                 .finish_reason
                 .as_ref()
-                .map(|f| format!("{f:?}").to_lowercase());
+                .map(|f| f.as_str().to_owned());
             let calls = if last {
                 Vec::new()
             } else {
@@ -367,7 +367,7 @@ impl Agent {
             finish = next.finish_reason;
             usage = next.usage.or(usage);
         }
-        let finish_text = finish.as_ref().map(|f| format!("{f:?}").to_lowercase());
+        let finish_text = finish.as_ref().map(|f| f.as_str().to_owned());
         let answer =
             history::assistant(&text, &[], finish_text, usage.map(|u| u.completion_tokens));
         self.store

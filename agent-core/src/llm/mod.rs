@@ -123,6 +123,17 @@ pub enum FinishReason {
 }
 
 impl FinishReason {
+    /// The stored form (OpenAI's words; a provider's own word is kept as it came).
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Stop => "stop",
+            Self::Length => "length",
+            Self::ToolCalls => "tool_calls",
+            Self::ContentFilter => "content_filter",
+            Self::Other(text) => text,
+        }
+    }
+
     fn parse(text: &str) -> Self {
         match text {
             "stop" | "end_turn" | "stop_sequence" => Self::Stop,
