@@ -12,9 +12,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use agent_core::agent::{Agent, TurnConfig, TurnInput};
+use agent_core::agent::{Agent, PromptBuilder, TurnConfig, TurnInput};
 use agent_core::llm::{
-    ChatProvider, ChatRequest, ChatResponse, FinishReason, LlmError, StreamEvent, ToolCall, Usage,
+    ChatProvider, ChatRequest, ChatResponse, FinishReason, LlmError, ModelSpec, StreamEvent,
+    ToolCall, Usage,
 };
 use agent_core::store::{NewConversation, Role, SessionSpec, SessionStore, SqliteStore};
 use agent_core::tools::ToolRegistry;
@@ -23,6 +24,17 @@ use tokio_util::sync::CancellationToken;
 
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;
+
+static SPEC: ModelSpec = ModelSpec {
+    context_length: 128_000,
+    max_output_tokens: 4096,
+    prices: agent_core::llm::Prices {
+        input_per_mtok: 0.15,
+        output_per_mtok: 0.6,
+        cache_read_per_mtok: None,
+        cache_write_per_mtok: None,
+    },
+};
 
 /// Answers at once: a tool call after a user message, text after a tool result.
 struct Instant0;
@@ -34,6 +46,9 @@ impl ChatProvider for Instant0 {
     }
     fn model(&self) -> &str {
         "instant"
+    }
+    fn spec(&self) -> &ModelSpec {
+        &SPEC
     }
     async fn complete(
         &self,
@@ -135,6 +150,7 @@ fn main() {
             providers: vec![Arc::new(Instant0)],
             tools,
             store: store.clone(),
+            prompt: PromptBuilder::new("You are a helpful assistant."),
             config: TurnConfig::default(),
         };
 

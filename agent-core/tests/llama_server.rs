@@ -212,7 +212,7 @@ impl agent_core::tools::Tool for FixedClock {
 async fn a_tool_call_round_trip_through_the_loop() {
     use std::sync::Arc;
 
-    use agent_core::agent::{Agent, TurnConfig, TurnInput};
+    use agent_core::agent::{Agent, PromptBuilder, TurnConfig, TurnInput};
     use agent_core::store::{NewConversation, NewMessage, SessionSpec, SessionStore, SqliteStore};
     use agent_core::tools::ToolRegistry;
 
@@ -259,6 +259,7 @@ async fn a_tool_call_round_trip_through_the_loop() {
         providers: vec![Arc::new(provider(&llama))],
         tools,
         store: store.clone(),
+        prompt: PromptBuilder::new("You are a helpful assistant."),
         config: TurnConfig {
             max_iterations: 3,
             max_tokens: 64,

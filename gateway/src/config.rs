@@ -96,6 +96,19 @@ pub struct LlmConfig {
     pub context_length: u64,
     /// The most tokens one answer may use.
     pub max_output_tokens: u64,
+    /// Stream answers (OpenAI-compatible servers; Anthropic always streams).
+    pub stream: bool,
+    pub connect_timeout_secs: u64,
+    /// Until the first byte of the answer.
+    pub first_token_timeout_secs: u64,
+    /// Between two chunks of a streamed answer.
+    pub idle_timeout_secs: u64,
+    /// US dollars per million tokens, for the cost estimate (0 = free or unknown).
+    pub input_price_per_mtok: f64,
+    pub output_price_per_mtok: f64,
+    /// Cached prompt tokens; the input price when unset.
+    pub cache_read_price_per_mtok: Option<f64>,
+    pub cache_write_price_per_mtok: Option<f64>,
     /// Providers tried in order when this one fails (same keys, no nesting).
     pub fallback: Vec<LlmConfig>,
 }
@@ -109,6 +122,14 @@ impl Default for LlmConfig {
             api_key_env: None,
             context_length: 128_000,
             max_output_tokens: 4096,
+            stream: true,
+            connect_timeout_secs: 10,
+            first_token_timeout_secs: 120,
+            idle_timeout_secs: 60,
+            input_price_per_mtok: 0.0,
+            output_price_per_mtok: 0.0,
+            cache_read_price_per_mtok: None,
+            cache_write_price_per_mtok: None,
             fallback: Vec::new(),
         }
     }
@@ -507,6 +528,41 @@ fn validate(config: &Config) -> Result<()> {
         }
         if llm.context_length == 0 {
             bail!("llm.context_length must be positive");
+        }
+        if llm.max_output_tokens == 0 || llm.max_output_tokens > u64::from(u32::MAX) {
+            bail!(
+                "llm.max_output_tokens must be between 1 and {}, not {}",
+                u32::MAX,
+                llm.max_output_tokens
+            );
+        }
+        let prices = [
+            Some(llm.input_price_per_mtok),
+            Some(llm.output_price_per_mtok),
+            llm.cache_read_price_per_mtok,
+            llm.cache_write_price_per_mtok,
+        ];
+        if prices
+            .into_iter()
+            .flatten()
+            .any(|p| !p.is_finite() || p < 0.0)
+        {
+            bail!(
+                "llm prices must be zero or positive numbers (model {:?})",
+                llm.model
+            );
+        }
+        if [
+            llm.connect_timeout_secs,
+            llm.first_token_timeout_secs,
+            llm.idle_timeout_secs,
+        ]
+        .contains(&0)
+        {
+            bail!(
+                "llm timeouts must be at least 1 second (model {:?})",
+                llm.model
+            );
         }
     }
     let c = &config.compression;

@@ -9,6 +9,7 @@
 //! - [`config`]: configuration loading (defaults < file < environment), strict.
 //! - [`logging`]: `tracing` set-up with redaction at the sink.
 //! - [`server`]: the HTTP server (`/healthz`, `/readyz`) and its graceful shutdown.
+//! - [`providers`]: model providers (main + fallbacks) from `[llm]`.
 //! - [`doctor`]: `iris doctor`'s checks.
 //! - [`sessions`]: `iris sessions list|show|search`.
 
@@ -16,6 +17,7 @@ pub mod cli;
 pub mod config;
 pub mod doctor;
 pub mod logging;
+pub mod providers;
 pub mod server;
 pub mod sessions;
 

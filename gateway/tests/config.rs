@@ -135,6 +135,9 @@ fn invalid_values_are_refused_with_the_key() {
         ("[server]\nbind = \"localhost\"\n", "server.bind"),
         ("[webhook.routes.open]\n", "webhook.routes.open"),
         ("[agent]\nbusy_mode = \"panic\"\n", "busy_mode"),
+        ("[llm]\ninput_price_per_mtok = -1.0\n", "llm prices"),
+        ("[llm]\nmax_output_tokens = 0\n", "llm.max_output_tokens"),
+        ("[llm]\nidle_timeout_secs = 0\n", "llm timeouts"),
     ] {
         let file = home.path().join("bad.toml");
         std::fs::write(&file, toml).expect("write");
@@ -242,4 +245,61 @@ fn anthropic_defaults_to_its_own_key_variable() {
             .secret_values()
             .contains(&"sk-ant-xyz-1234".to_owned())
     );
+}
+
+#[test]
+fn providers_are_built_in_order_with_their_own_limits_prices_and_keys() {
+    use agent_core::llm::Prices;
+    let home = tempfile::tempdir().expect("dir");
+    let file = home.path().join("iris.toml");
+    std::fs::write(
+        &file,
+        r#"
+[llm]
+model = "main-model"
+context_length = 32000
+max_output_tokens = 1000
+input_price_per_mtok = 0.5
+output_price_per_mtok = 1.5
+cache_read_price_per_mtok = 0.05
+
+[[llm.fallback]]
+provider = "anthropic"
+base_url = "http://127.0.0.1:9"
+model = "backup-model"
+context_length = 200000
+"#,
+    )
+    .expect("write");
+    let loaded = config::load_with(
+        Some(&file),
+        env(
+            &[("OPENAI_API_KEY", "sk-main"), ("ANTHROPIC_API_KEY", "")],
+            home.path(),
+        ),
+    )
+    .expect("load");
+    let chain = gateway::providers::chain(&loaded, &loaded.config.llm).expect("providers");
+    let seen: Vec<_> = chain
+        .iter()
+        .map(|p| (p.kind(), p.model().to_owned(), p.spec().context_length))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("openai", "main-model".to_owned(), 32_000),
+            ("anthropic", "backup-model".to_owned(), 200_000)
+        ]
+    );
+    assert_eq!(chain[0].spec().max_output_tokens, 1000);
+    assert_eq!(
+        chain[0].spec().prices,
+        Prices {
+            input_per_mtok: 0.5,
+            output_per_mtok: 1.5,
+            cache_read_per_mtok: Some(0.05),
+            cache_write_per_mtok: None,
+        }
+    );
+    assert_eq!(chain[1].spec().prices, Prices::default());
 }

@@ -15,6 +15,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use futures_util::StreamExt as _;
 use serde_json::{Value, json};
 
 use crate::script::{Kind, Running, Shared, error_response, pieces};
@@ -129,12 +130,18 @@ async fn messages(
         ));
         events.push(event(json!({"type": "message_stop"})));
     }
-    let stream = futures_util::stream::iter(
+    let events = futures_util::stream::iter(
         events
             .into_iter()
             .map(|e| Ok::<_, Infallible>(Bytes::from(e))),
     );
-    let mut response = Response::new(Body::from_stream(stream));
+    let mut response = if reply.stall {
+        Response::new(Body::from_stream(
+            events.chain(futures_util::stream::pending()),
+        ))
+    } else {
+        Response::new(Body::from_stream(events))
+    };
     response.headers_mut().insert(
         "content-type",
         HeaderValue::from_static("text/event-stream"),

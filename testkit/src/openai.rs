@@ -16,6 +16,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use futures_util::StreamExt as _;
 use serde_json::{Value, json};
 
 use crate::script::{Kind, Running, Shared, error_response, pieces};
@@ -178,12 +179,18 @@ fn sse(reply: &Reply, include_usage: bool) -> Response {
         }
         events.push("data: [DONE]\n\n".to_owned());
     }
-    let stream = futures_util::stream::iter(
+    let events = futures_util::stream::iter(
         events
             .into_iter()
             .map(|e| Ok::<_, Infallible>(Bytes::from(e))),
     );
-    let mut response = Response::new(Body::from_stream(stream));
+    let mut response = if reply.stall {
+        Response::new(Body::from_stream(
+            events.chain(futures_util::stream::pending()),
+        ))
+    } else {
+        Response::new(Body::from_stream(events))
+    };
     response.headers_mut().insert(
         "content-type",
         axum::http::HeaderValue::from_static("text/event-stream"),

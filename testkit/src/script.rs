@@ -21,6 +21,8 @@ pub struct Reply {
     pub(crate) thinking: Option<(String, String)>,
     /// Text sent beside tool calls.
     pub(crate) saying: Option<String>,
+    /// Keep the stream open, silent, after the last event (a model hung mid-answer).
+    pub(crate) stall: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -50,6 +52,7 @@ impl Reply {
             finish_reason: None,
             thinking: None,
             saying: None,
+            stall: false,
         }
     }
 
@@ -90,6 +93,15 @@ impl Reply {
     /// Streams `text`, then drops the connection mid-answer.
     pub fn dropped(text: impl Into<String>) -> Self {
         Self::new(Kind::Dropped(text.into()))
+    }
+
+    /// Streams `text`, then hangs mid-answer with the connection open (to test that a cancel
+    /// abandons a stalled stream and keeps what it said).
+    pub fn stalled(text: impl Into<String>) -> Self {
+        Self {
+            stall: true,
+            ..Self::new(Kind::Dropped(text.into()))
+        }
     }
 
     /// Reports this usage (prompt, completion tokens).

@@ -66,6 +66,10 @@ pub enum RetryNotice {
         to_model: String,
         after: ErrorClass,
     },
+    /// The model kept answering with nothing; asking the next provider.
+    FallingBackAfterEmpty {
+        to_model: String,
+    },
 }
 
 /// A successful call and how many calls it took.

@@ -38,6 +38,8 @@ pub struct AnthropicConfig {
     pub connect_timeout: Duration,
     pub first_byte_timeout: Duration,
     pub idle_timeout: Duration,
+    /// Context length, output limit, prices.
+    pub spec: super::ModelSpec,
 }
 
 impl AnthropicConfig {
@@ -49,6 +51,7 @@ impl AnthropicConfig {
             connect_timeout: Duration::from_secs(10),
             first_byte_timeout: Duration::from_secs(120),
             idle_timeout: Duration::from_secs(60),
+            spec: super::ModelSpec::default(),
         }
     }
 }
@@ -90,7 +93,7 @@ impl AnthropicProvider {
         }
         let mut body = json!({
             "model": self.config.model,
-            "max_tokens": request.max_tokens,
+            "max_tokens": request.max_tokens.min(self.config.spec.max_output_tokens),
             "messages": messages,
             "stream": true,
         });
@@ -235,9 +238,10 @@ impl Assembler {
                 let u = &event["message"]["usage"];
                 let n = |k: &str| u[k].as_u64().unwrap_or(0);
                 let cache_read = n("cache_read_input_tokens");
-                self.usage.prompt_tokens =
-                    n("input_tokens") + cache_read + n("cache_creation_input_tokens");
+                let cache_write = n("cache_creation_input_tokens");
+                self.usage.prompt_tokens = n("input_tokens") + cache_read + cache_write;
                 self.usage.cache_read_tokens = cache_read;
+                self.usage.cache_write_tokens = cache_write;
                 self.usage.completion_tokens = n("output_tokens");
                 self.saw_usage = u.is_object();
             }
@@ -375,6 +379,10 @@ fn block_index(event: &Value) -> Result<usize, LlmError> {
 impl super::ChatProvider for AnthropicProvider {
     fn kind(&self) -> &'static str {
         "anthropic"
+    }
+
+    fn spec(&self) -> &super::ModelSpec {
+        &self.config.spec
     }
 
     fn model(&self) -> &str {

@@ -7,16 +7,19 @@
 //!   llama.cpp, Ollama), streaming and not.
 //! - [`anthropic`]: the Anthropic Messages API, streaming.
 //! - [`error`]: what went wrong, classified so the loop knows what to do about it.
+//! - [`spec`]: a model's context length, output limit and prices.
 
 pub mod anthropic;
 pub mod error;
 mod http;
 pub mod openai;
+pub mod spec;
 pub mod sse;
 
 use serde::{Deserialize, Serialize};
 
 pub use error::{ErrorClass, LlmError};
+pub use spec::{ModelSpec, Prices};
 
 /// A model endpoint the loop can call, whatever its wire format. The loop holds an ordered
 /// list of these: the main provider, then its fallbacks.
@@ -26,6 +29,8 @@ pub trait ChatProvider: Send + Sync {
     fn kind(&self) -> &'static str;
     /// The model name sent.
     fn model(&self) -> &str;
+    /// Its limits and prices.
+    fn spec(&self) -> &ModelSpec;
     /// Makes one call. `on_event` sees text deltas and tool starts as they stream; every
     /// wait ends when `cancel` fires.
     async fn complete(
@@ -106,7 +111,11 @@ pub struct Usage {
     /// The size of the context sent: the authoritative context size.
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    /// Of `prompt_tokens`, read from the provider's prompt cache.
     pub cache_read_tokens: u64,
+    /// Of `prompt_tokens`, written to the provider's prompt cache (Anthropic).
+    pub cache_write_tokens: u64,
+    /// Of `completion_tokens`, spent reasoning.
     pub reasoning_tokens: u64,
 }
 

@@ -34,6 +34,8 @@ pub struct OpenAiConfig {
     pub first_byte_timeout: Duration,
     /// Between two chunks of a streamed answer.
     pub idle_timeout: Duration,
+    /// Context length, output limit, prices.
+    pub spec: super::ModelSpec,
 }
 
 impl OpenAiConfig {
@@ -46,6 +48,7 @@ impl OpenAiConfig {
             connect_timeout: Duration::from_secs(10),
             first_byte_timeout: Duration::from_secs(120),
             idle_timeout: Duration::from_secs(60),
+            spec: super::ModelSpec::default(),
         }
     }
 }
@@ -73,7 +76,7 @@ impl OpenAiProvider {
         let mut body = json!({
             "model": self.config.model,
             "messages": messages,
-            "max_tokens": request.max_tokens,
+            "max_tokens": request.max_tokens.min(self.config.spec.max_output_tokens),
             "stream": self.config.stream,
         });
         if self.config.stream {
@@ -178,6 +181,7 @@ fn usage_from(value: &Value) -> Option<Usage> {
         prompt_tokens: n("/prompt_tokens"),
         completion_tokens: n("/completion_tokens"),
         cache_read_tokens: n("/prompt_tokens_details/cached_tokens"),
+        cache_write_tokens: 0,
         reasoning_tokens: n("/completion_tokens_details/reasoning_tokens"),
     })
 }
@@ -331,6 +335,10 @@ impl Assembler {
 impl super::ChatProvider for OpenAiProvider {
     fn kind(&self) -> &'static str {
         "openai"
+    }
+
+    fn spec(&self) -> &super::ModelSpec {
+        &self.config.spec
     }
 
     fn model(&self) -> &str {

@@ -567,6 +567,18 @@ macro_rules! impl_session_store {
                 })
             }
 
+            async fn freeze_system_prompt(&self, session_id: &str, prompt: &str) -> StoreResult<String> {
+                write_tx!(self, |tx| {
+                    sqlx::query("UPDATE sessions SET system_prompt = $1 WHERE id = $2 AND system_prompt IS NULL")
+                        .bind(prompt)
+                        .bind(session_id)
+                        .execute(&mut *tx)
+                        .await?;
+                    let session = Self::session_in(&mut tx, session_id).await?;
+                    session.system_prompt.unwrap_or_default()
+                })
+            }
+
             async fn session_by_title(&self, title: &str) -> StoreResult<Option<Session>> {
                 let (base, _) = split_numbered_title(title);
                 let sql = format!(

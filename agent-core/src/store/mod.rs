@@ -124,6 +124,11 @@ pub trait SessionStore: Send + Sync + 'static {
     async fn set_title(&self, session_id: &str, title: &str) -> StoreResult<()>;
     /// The session with this exact title, or else the newest `title (N)` variant.
     async fn session_by_title(&self, title: &str) -> StoreResult<Option<Session>>;
+    /// Sets the session's system prompt unless it already has one, and returns the one it has
+    /// now: the prompt is frozen once per session so it stays byte-stable (provider prompt
+    /// caches) and survives restarts.
+    async fn freeze_system_prompt(&self, session_id: &str, prompt: &str) -> StoreResult<String>;
+
     /// Adds token counts, cost and API calls to the session's totals.
     async fn add_usage(&self, session_id: &str, usage: &SessionUsage) -> StoreResult<()>;
     /// The chain from the lineage root down to this session (root first).

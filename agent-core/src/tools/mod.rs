@@ -127,6 +127,8 @@ impl ToolRegistry {
             }
         };
         tokio::select! {
+            // A cancel wins over a tool that notices it at the same moment: one answer.
+            biased;
             () = cancel.cancelled() => ToolOutput::error("cancelled"),
             result = tokio::time::timeout(timeout, tool.call(args, ctx, cancel)) => match result {
                 Ok(output) => output,

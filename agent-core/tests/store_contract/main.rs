@@ -119,6 +119,7 @@ use writes::*;
 contract!(
     conversations_are_created_once_per_key,
     sessions_start_with_documented_ids_and_source,
+    system_prompt_is_frozen_once,
     appended_messages_round_trip_with_counters,
     append_to_unknown_session_writes_nothing,
     first_end_reason_wins,

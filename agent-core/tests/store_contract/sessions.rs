@@ -62,6 +62,26 @@ pub(crate) async fn sessions_start_with_documented_ids_and_source(store: Arc<dyn
     assert_eq!(loaded, s);
 }
 
+pub(crate) async fn system_prompt_is_frozen_once(store: Arc<dyn SessionStore>) {
+    let (_, sid) = started(&store, "api:frozen").await;
+    let first = store
+        .freeze_system_prompt(&sid, "prompt A")
+        .await
+        .expect("freeze");
+    assert_eq!(first, "prompt A");
+    let second = store
+        .freeze_system_prompt(&sid, "prompt B")
+        .await
+        .expect("freeze again");
+    assert_eq!(second, "prompt A", "a frozen prompt is never replaced");
+    let loaded = store.session(&sid).await.expect("load").expect("exists");
+    assert_eq!(loaded.system_prompt.as_deref(), Some("prompt A"));
+    assert!(matches!(
+        store.freeze_system_prompt("nope", "x").await,
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
 pub(crate) async fn appended_messages_round_trip_with_counters(store: Arc<dyn SessionStore>) {
     let (_, sid) = started(&store, "api:alice").await;
     let mut call = NewMessage::text(Role::Assistant, "");

@@ -1,12 +1,18 @@
 //! The conversation loop against the scripted fake model and a real SQLite store: the tool
 //! round trip and what is persisted, usage on the session row, retries, fallback, the
 //! iteration limit, cancellation, and errors the loop hands back.
+//!
+//! - [`session`]: what a turn leaves on the session row: frozen prompt, cost, context size.
+//! - [`interrupt`]: cancellation while streaming and inside tools.
+
+mod interrupt;
+mod session;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_core::agent::retry::{RetryNotice, RetryPolicy};
-use agent_core::agent::{Agent, TurnConfig, TurnError, TurnEvent, TurnInput};
+use agent_core::agent::{Agent, PromptBuilder, TurnConfig, TurnError, TurnEvent, TurnInput};
 use agent_core::llm::openai::{OpenAiConfig, OpenAiProvider};
 use agent_core::llm::{ChatProvider, ErrorClass};
 use agent_core::store::{NewConversation, Role, SessionSpec, SessionStore, SqliteStore};
@@ -17,19 +23,19 @@ use testkit::Reply;
 use testkit::openai::FakeOpenAi;
 use tokio_util::sync::CancellationToken;
 
-struct Setup {
-    agent: Agent,
-    input: TurnInput,
-    _dir: tempfile::TempDir,
+pub(crate) struct Setup {
+    pub(crate) agent: Agent,
+    pub(crate) input: TurnInput,
+    pub(crate) dir: tempfile::TempDir,
 }
 
-fn provider(fake: &FakeOpenAi, model: &str) -> Arc<dyn ChatProvider> {
+pub(crate) fn provider(fake: &FakeOpenAi, model: &str) -> Arc<dyn ChatProvider> {
     let mut config = OpenAiConfig::new(&fake.base_url, model);
     config.first_byte_timeout = Duration::from_secs(10);
     Arc::new(OpenAiProvider::new(config).expect("client"))
 }
 
-async fn setup(providers: Vec<Arc<dyn ChatProvider>>, max_iterations: u32) -> Setup {
+pub(crate) async fn setup(providers: Vec<Arc<dyn ChatProvider>>, max_iterations: u32) -> Setup {
     let dir = tempfile::tempdir().expect("dir");
     let store: Arc<dyn SessionStore> = Arc::new(
         SqliteStore::open(dir.path().join("s.db"))
@@ -65,6 +71,7 @@ async fn setup(providers: Vec<Arc<dyn ChatProvider>>, max_iterations: u32) -> Se
             providers,
             tools,
             store,
+            prompt: PromptBuilder::new("You are terse."),
             config,
         },
         input: TurnInput {
@@ -73,11 +80,11 @@ async fn setup(providers: Vec<Arc<dyn ChatProvider>>, max_iterations: u32) -> Se
             system_prompt: Some("You are terse.".into()),
             user_text: "What time is it?".into(),
         },
-        _dir: dir,
+        dir,
     }
 }
 
-fn recorder() -> (Arc<Mutex<Vec<TurnEvent>>>, impl Fn(TurnEvent) + Send + Sync) {
+pub(crate) fn recorder() -> (Arc<Mutex<Vec<TurnEvent>>>, impl Fn(TurnEvent) + Send + Sync) {
     let events = Arc::new(Mutex::new(Vec::new()));
     let sink = events.clone();
     (events, move |e| sink.lock().expect("lock").push(e))
@@ -107,9 +114,10 @@ async fn a_tool_round_trip_is_persisted_message_by_message() {
         (
             outcome.api_calls,
             outcome.iterations,
-            outcome.context_tokens
+            outcome.context_tokens,
+            outcome.context_estimated
         ),
-        (2, 2, Some(180))
+        (2, 2, 180, false)
     );
 
     let stored = s
@@ -476,5 +484,62 @@ async fn silence_after_tools_reuses_the_text_written_beside_them() {
     assert_eq!(
         last.body.content.as_deref(),
         Some("It is about noon; checking to be sure.")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_model_hands_over_to_the_fallback_after_three_nudges() {
+    let silent = FakeOpenAi::start([
+        Reply::text(""),
+        Reply::text(""),
+        Reply::text(""),
+        Reply::text(""),
+    ])
+    .await
+    .expect("fake");
+    let backup = FakeOpenAi::start([Reply::text("The backup answers.")])
+        .await
+        .expect("fake");
+    let s = setup(
+        vec![provider(&silent, "main"), provider(&backup, "backup-model")],
+        90,
+    )
+    .await;
+    let (events, on_event) = recorder();
+    let outcome = s
+        .agent
+        .run_turn(&s.input, &on_event, &CancellationToken::new())
+        .await
+        .expect("turn");
+    assert_eq!(outcome.text, "The backup answers.");
+    assert_eq!(silent.requests().len(), 4, "one call and three nudges");
+    assert_eq!(backup.requests().len(), 1);
+    let asked = backup.requests()[0].body["messages"].clone();
+    let last = &asked[asked.as_array().map_or(0, Vec::len) - 1];
+    assert!(
+        last["content"]
+            .as_str()
+            .is_some_and(|c| c.contains("empty")),
+        "the fallback sees the nudge: {last}"
+    );
+    assert!(events.lock().expect("lock").contains(&TurnEvent::Retry(
+        RetryNotice::FallingBackAfterEmpty {
+            to_model: "backup-model".into()
+        }
+    )));
+    let stored = s
+        .agent
+        .store
+        .messages(&s.input.session_id)
+        .await
+        .expect("messages");
+    let bodies: Vec<_> = stored
+        .iter()
+        .map(|m| m.body.content.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        bodies,
+        ["What time is it?", "The backup answers."],
+        "no empty answers or nudges stored"
     );
 }

@@ -1,0 +1,178 @@
+//! What a turn leaves on the session row: the frozen system prompt with its memory snapshot,
+//! the estimated cost at the answering provider's prices, and the context size (real or
+//! estimated).
+
+use std::time::Duration;
+
+use agent_core::agent::PromptBuilder;
+use agent_core::llm::openai::{OpenAiConfig, OpenAiProvider};
+use agent_core::llm::{ModelSpec, Prices};
+use agent_core::store::SessionSpec;
+use agent_core::tools::memory::MemoryStore;
+use agent_core::tools::{Tool, ToolContext};
+use serde_json::json;
+
+use super::*;
+
+async fn remember(memory: &MemoryStore, conversation_id: i64, text: &str) {
+    let ctx = ToolContext {
+        session_id: "any".into(),
+        conversation_id,
+    };
+    let out = memory
+        .call(
+            json!({"op": "add", "file": "memory", "text": text}),
+            &ctx,
+            &CancellationToken::new(),
+        )
+        .await;
+    assert!(!out.is_error, "{out:?}");
+}
+
+fn system_sent(fake: &FakeOpenAi, request: usize) -> String {
+    let body = &fake.requests()[request].body;
+    assert_eq!(body["messages"][0]["role"], "system");
+    body["messages"][0]["content"]
+        .as_str()
+        .expect("system text")
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_system_prompt_is_frozen_with_the_memory_of_session_start() {
+    let fake = FakeOpenAi::start([Reply::text("one"), Reply::text("two"), Reply::text("three")])
+        .await
+        .expect("fake");
+    let mut s = setup(vec![provider(&fake, "main")], 90).await;
+    let memory = Arc::new(MemoryStore::new(s.dir.path().join("memory")));
+    s.agent.prompt = PromptBuilder::new("You are terse.").with_memory(memory.clone());
+    s.input.system_prompt = None;
+    let conv = s.input.conversation_id;
+    remember(&memory, conv, "The user's cat is called Miso.").await;
+
+    let cancel = CancellationToken::new();
+    s.agent
+        .run_turn(&s.input, &|_| {}, &cancel)
+        .await
+        .expect("turn 1");
+    let first = system_sent(&fake, 0);
+    assert!(first.starts_with("You are terse."), "{first}");
+    assert!(first.contains("Miso"), "{first}");
+
+    // Memory written mid-session does not change this session's prompt: byte-identical.
+    remember(&memory, conv, "The user prefers metric units.").await;
+    s.agent
+        .run_turn(&s.input, &|_| {}, &cancel)
+        .await
+        .expect("turn 2");
+    assert_eq!(system_sent(&fake, 1), first);
+    let row = s
+        .agent
+        .store
+        .session(&s.input.session_id)
+        .await
+        .expect("load")
+        .expect("exists");
+    assert_eq!(row.system_prompt.as_deref(), Some(first.as_str()));
+
+    // A new session takes a new snapshot.
+    let next = s
+        .agent
+        .store
+        .start_session(conv, &SessionSpec::default())
+        .await
+        .expect("session");
+    s.input.session_id = next.id;
+    s.agent
+        .run_turn(&s.input, &|_| {}, &cancel)
+        .await
+        .expect("turn 3");
+    let third = system_sent(&fake, 2);
+    assert!(
+        third.contains("Miso") && third.contains("metric units"),
+        "{third}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cost_is_estimated_at_the_prices_of_the_provider_that_answered() {
+    let main = FakeOpenAi::start([Reply::error(401, r#"{"error":{"message":"bad key"}}"#)])
+        .await
+        .expect("fake");
+    let backup = FakeOpenAi::start([
+        Reply::tool_calls([("clock", "{}")]).usage(2_000, 100),
+        Reply::text("noon").usage(3_000, 50),
+    ])
+    .await
+    .expect("fake");
+    let priced = |fake: &FakeOpenAi, model: &str, input: f64, output: f64| {
+        let mut config = OpenAiConfig::new(&fake.base_url, model);
+        config.first_byte_timeout = Duration::from_secs(10);
+        config.spec = ModelSpec {
+            prices: Prices {
+                input_per_mtok: input,
+                output_per_mtok: output,
+                ..Prices::default()
+            },
+            ..ModelSpec::default()
+        };
+        Arc::new(OpenAiProvider::new(config).expect("client")) as Arc<dyn ChatProvider>
+    };
+    let s = setup(
+        vec![
+            priced(&main, "main", 1_000.0, 1_000.0),
+            priced(&backup, "backup", 2.0, 10.0),
+        ],
+        90,
+    )
+    .await;
+    s.agent
+        .run_turn(&s.input, &|_| {}, &CancellationToken::new())
+        .await
+        .expect("turn");
+    let row = s
+        .agent
+        .store
+        .session(&s.input.session_id)
+        .await
+        .expect("load")
+        .expect("exists");
+    // (2,000 + 3,000) × $2/M + (100 + 50) × $10/M; the failed main call costs nothing.
+    let expected = 5_000.0 * 2.0 / 1e6 + 150.0 * 10.0 / 1e6;
+    assert!(
+        (row.usage.estimated_cost_usd - expected).abs() < 1e-12,
+        "{} != {expected}",
+        row.usage.estimated_cost_usd
+    );
+    assert_eq!(row.usage.api_call_count, 3);
+    assert_eq!(
+        (row.usage.input_tokens, row.usage.output_tokens),
+        (5_000, 150)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_usage_the_context_size_is_estimated() {
+    let fake = FakeOpenAi::start([Reply::text("ok")]).await.expect("fake");
+    let s = setup(vec![provider(&fake, "main")], 90).await;
+    let outcome = s
+        .agent
+        .run_turn(&s.input, &|_| {}, &CancellationToken::new())
+        .await
+        .expect("turn");
+    assert!(outcome.context_estimated);
+    // System prompt, one user message and two tool schemas: more than the text alone, far
+    // less than a real context.
+    let schemas: u64 = s
+        .agent
+        .tools
+        .schemas()
+        .iter()
+        .map(|t| (t.description.len() + t.parameters.to_string().len()) as u64 / 4)
+        .sum();
+    assert!(
+        outcome.context_tokens > schemas && outcome.context_tokens < schemas + 100,
+        "{} vs schemas {schemas}",
+        outcome.context_tokens
+    );
+}
