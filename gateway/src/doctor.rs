@@ -1,8 +1,8 @@
 //! `iris doctor`: one line per check, and an exit code that says whether all passed.
 //!
 //! Checks: the configuration parsed (it did, or we would not be here), the data directory is
-//! writable, the store is reachable, and its migrations are current (looked at without
-//! applying them).
+//! writable, the store is reachable, its migrations are current (looked at without applying
+//! them), and each enabled MCP server starts and lists its tools.
 
 use agent_core::redact::Redactor;
 
@@ -10,15 +10,15 @@ use crate::config::Loaded;
 
 /// The outcome of one check.
 struct Check {
-    name: &'static str,
+    name: String,
     result: Result<String, String>,
 }
 
 /// Runs every check, prints them, and returns whether all passed.
 pub async fn run(loaded: &Loaded, redactor: &Redactor) -> bool {
-    let checks = vec![
+    let mut checks = vec![
         Check {
-            name: "config",
+            name: "config".into(),
             result: Ok(match &loaded.file {
                 Some(path) => format!("{} parsed", path.display()),
                 None => "no file; defaults and IRIS__* environment".to_owned(),
@@ -27,6 +27,7 @@ pub async fn run(loaded: &Loaded, redactor: &Redactor) -> bool {
         data_dir(loaded),
         store(loaded, redactor).await,
     ];
+    checks.extend(mcp_servers(loaded).await);
     let mut all = true;
     for check in &checks {
         let (mark, detail) = match &check.result {
@@ -52,7 +53,7 @@ fn data_dir(loaded: &Loaded) -> Check {
         .map(|()| format!("{} is writable", dir.display()))
         .map_err(|e| format!("{} is not writable: {e}", dir.display()));
     Check {
-        name: "data dir",
+        name: "data dir".into(),
         result,
     }
 }
@@ -64,14 +65,14 @@ async fn store(loaded: &Loaded, redactor: &Redactor) -> Check {
         Ok(store) => store,
         Err(err) => {
             return Check {
-                name: "store",
+                name: "store".into(),
                 result: Err(format!("{shown}: {err}")),
             };
         }
     };
     if let Err(err) = store.ping().await {
         return Check {
-            name: "store",
+            name: "store".into(),
             result: Err(format!("{shown}: {err}")),
         };
     }
@@ -96,7 +97,33 @@ async fn store(loaded: &Loaded, redactor: &Redactor) -> Check {
         Err(err) => Err(format!("{shown}: cannot read migrations: {err}")),
     };
     Check {
-        name: "store",
+        name: "store".into(),
         result,
     }
+}
+
+async fn mcp_servers(loaded: &Loaded) -> Vec<Check> {
+    let mut checks = Vec::new();
+    for resolved in crate::tools::mcp_servers(loaded) {
+        let config = match resolved {
+            Ok(config) => config,
+            Err(e) => {
+                checks.push(Check {
+                    name: "mcp".into(),
+                    result: Err(e.to_string()),
+                });
+                continue;
+            }
+        };
+        let name = format!("mcp {}", config.name);
+        let result = match agent_core::tools::mcp::McpServer::connect(config).await {
+            Ok(server) => match server.tools().await {
+                Ok(tools) => Ok(format!("connected, {} tools", tools.len())),
+                Err(e) => Err(e.to_string()),
+            },
+            Err(e) => Err(e.to_string()),
+        };
+        checks.push(Check { name, result });
+    }
+    checks
 }

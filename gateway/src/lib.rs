@@ -10,6 +10,7 @@
 //! - [`logging`]: `tracing` set-up with redaction at the sink.
 //! - [`server`]: the HTTP server (`/healthz`, `/readyz`) and its graceful shutdown.
 //! - [`providers`]: model providers (main + fallbacks) from `[llm]`.
+//! - [`tools`]: the agent's tools (built-ins and MCP servers) from `[tools]` and `[mcp]`.
 //! - [`doctor`]: `iris doctor`'s checks.
 //! - [`sessions`]: `iris sessions list|show|search`.
 
@@ -20,5 +21,6 @@ pub mod logging;
 pub mod providers;
 pub mod server;
 pub mod sessions;
+pub mod tools;
 
 pub use server::run;

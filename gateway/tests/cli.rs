@@ -295,3 +295,36 @@ fn a_store_error_never_shows_the_database_password() {
         "{err}"
     );
 }
+
+#[test]
+fn doctor_checks_each_mcp_server() {
+    let home = tempfile::tempdir().expect("dir");
+    let fixture = testkit::mcp::fixture_binary().expect("mcp-fixture");
+    std::fs::write(
+        home.path().join("iris.toml"),
+        format!(
+            "[mcp.servers.fix]\ncommand = {:?}\n\n[mcp.servers.gone]\ncommand = \"/nonexistent/server\"\n",
+            fixture.display().to_string()
+        ),
+    )
+    .expect("write");
+    let (code, out, _) = run(iris(home.path()).arg("migrate"));
+    assert_eq!(code, 0, "{out}");
+    let (code, out, _) = run(iris(home.path()).arg("doctor"));
+    assert_eq!(
+        code, 1,
+        "a server that cannot start fails the doctor: {out}"
+    );
+    assert!(
+        out.lines().any(|l| l.starts_with("ok")
+            && l.contains("mcp fix")
+            && l.contains("connected, 6 tools")),
+        "{out}"
+    );
+    assert!(
+        out.lines().any(|l| l.starts_with("FAIL")
+            && l.contains("mcp gone")
+            && l.contains("/nonexistent/server")),
+        "{out}"
+    );
+}

@@ -138,6 +138,17 @@ fn invalid_values_are_refused_with_the_key() {
         ("[llm]\ninput_price_per_mtok = -1.0\n", "llm prices"),
         ("[llm]\nmax_output_tokens = 0\n", "llm.max_output_tokens"),
         ("[llm]\nidle_timeout_secs = 0\n", "llm timeouts"),
+        (
+            "[mcp.servers.x]\ncommand = \"a\"\nurl = \"http://b\"\n",
+            "mcp.servers.x",
+        ),
+        ("[mcp.servers.y]\n", "mcp.servers.y"),
+        (
+            "[mcp.servers.\"a b\"]\ncommand = \"a\"\n",
+            "mcp.servers.a b",
+        ),
+        ("[mcp.servers.z]\nurl = \"ftp://x\"\n", "mcp.servers.z.url"),
+        ("[tools]\nsession_search = \"everyone\"\n", "`everyone`, expected one of `lineage`"),
     ] {
         let file = home.path().join("bad.toml");
         std::fs::write(&file, toml).expect("write");
@@ -302,4 +313,109 @@ context_length = 200000
         }
     );
     assert_eq!(chain[1].spec().prices, Prices::default());
+}
+
+#[test]
+fn mcp_secrets_are_redacted_and_resolved_from_the_environment() {
+    let home = tempfile::tempdir().expect("dir");
+    let file = home.path().join("iris.toml");
+    std::fs::write(
+        &file,
+        r#"
+[mcp.servers.files]
+command = "files-server"
+env = { LEVEL = "warn" }
+env_from = { GITHUB_TOKEN = "IRIS_GH" }
+
+[mcp.servers.web]
+url = "http://127.0.0.1:9/mcp"
+bearer_token_env = "IRIS_WEB_TOKEN"
+
+[mcp.servers.off]
+enabled = false
+command = "never"
+"#,
+    )
+    .expect("write");
+    let loaded = config::load_with(
+        Some(&file),
+        env(
+            &[
+                ("IRIS_GH", "ghp_child_secret"),
+                ("IRIS_WEB_TOKEN", "web-token-value"),
+            ],
+            home.path(),
+        ),
+    )
+    .expect("load");
+    let secrets = loaded.secret_values();
+    assert!(secrets.contains(&"ghp_child_secret".to_owned()));
+    assert!(secrets.contains(&"web-token-value".to_owned()));
+
+    use agent_core::tools::mcp::McpTransport;
+    let servers: Vec<_> = gateway::tools::mcp_servers(&loaded)
+        .into_iter()
+        .map(|r| r.expect("resolved"))
+        .collect();
+    assert_eq!(servers.len(), 2, "disabled servers are left out");
+    match &servers[0].transport {
+        McpTransport::Stdio { command, env, .. } => {
+            assert_eq!(command, "files-server");
+            assert_eq!(env.get("LEVEL").map(String::as_str), Some("warn"));
+            assert_eq!(
+                env.get("GITHUB_TOKEN").map(String::as_str),
+                Some("ghp_child_secret")
+            );
+        }
+        other => panic!("expected stdio, got {other:?}"),
+    }
+    assert_eq!(
+        servers[1].transport,
+        McpTransport::Http {
+            url: "http://127.0.0.1:9/mcp".into(),
+            bearer_token: Some("web-token-value".into())
+        }
+    );
+
+    // An unset secret fails that server, naming the variable.
+    let loaded = config::load_with(Some(&file), env(&[], home.path())).expect("load");
+    let errors: Vec<String> = gateway::tools::mcp_servers(&loaded)
+        .into_iter()
+        .filter_map(|r| r.err().map(|e| e.to_string()))
+        .collect();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(errors[0].contains("IRIS_GH"), "{errors:?}");
+    assert!(errors[1].contains("IRIS_WEB_TOKEN"), "{errors:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_are_built_from_config_with_mcp_servers() {
+    let home = tempfile::tempdir().expect("dir");
+    let fixture = testkit::mcp::fixture_binary().expect("mcp-fixture");
+    let file = home.path().join("iris.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[tools]\nclock = false\nsession_search = \"off\"\n\n[mcp.servers.fix]\ncommand = {:?}\ninclude = [\"add\"]\n\n[mcp.servers.gone]\ncommand = \"/nonexistent/server\"\n",
+            fixture.display().to_string()
+        ),
+    )
+    .expect("write");
+    let loaded = config::load_with(Some(&file), env(&[], home.path())).expect("load");
+    let store: std::sync::Arc<dyn agent_core::store::SessionStore> = std::sync::Arc::new(
+        agent_core::store::SqliteStore::open(home.path().join("s.db"))
+            .await
+            .expect("store"),
+    );
+    let tools = gateway::tools::build(&loaded, store).await;
+    let names: Vec<String> = tools
+        .registry
+        .schemas()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, ["mcp_fix_add", "memory", "todo"]);
+    assert!(tools.memory.is_some());
+    assert_eq!(tools.problems.len(), 1, "{:?}", tools.problems);
+    assert!(tools.problems[0].contains("gone"), "{:?}", tools.problems);
 }

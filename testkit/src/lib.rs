@@ -3,12 +3,14 @@
 //!
 //! # Layout
 //! - [`anthropic`]: a scripted Anthropic Messages API server (its streaming events).
+//! - [`mcp`]: a small MCP server (official SDK) over streamable HTTP and stdio.
 //! - [`openai`]: a scripted OpenAI-compatible chat-completions server (SSE framing as
 //!   llama.cpp and OpenAI send it), recording every request.
 //!
 //! The Telegram Bot API and Discord fakes come with their adapters.
 
 pub mod anthropic;
+pub mod mcp;
 pub mod openai;
 mod script;
 

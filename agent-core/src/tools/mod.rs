@@ -7,11 +7,13 @@
 //!
 //! # Layout
 //! - [`clock`]: the current time (UTC, or a fixed offset).
+//! - [`mcp`]: tools of MCP servers (stdio child processes, streamable HTTP).
 //! - [`memory`]: MEMORY.md and USER.md per conversation, with hard size limits.
 //! - [`session_search`]: full-text search over this conversation's earlier messages.
 //! - [`todo`]: a per-session task list the agent keeps for itself.
 
 pub mod clock;
+pub mod mcp;
 pub mod memory;
 pub mod session_search;
 pub mod todo;

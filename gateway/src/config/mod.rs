@@ -13,6 +13,10 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
+mod tools;
+
+pub use tools::{McpConfig, McpServerEntry, SearchScopeConfig, ToolsConfig};
+
 /// A snapshot of the process environment. Loading reads only this, so tests can pass their
 /// own instead of changing the real environment.
 pub type Env = HashMap<String, String>;
@@ -42,6 +46,10 @@ pub struct Config {
     pub compression: CompressionConfig,
     /// The conversation loop.
     pub agent: AgentConfig,
+    /// The built-in tools.
+    pub tools: ToolsConfig,
+    /// MCP servers whose tools the agent may call.
+    pub mcp: McpConfig,
     /// `POST /hooks/<route>`.
     pub webhook: WebhookConfig,
     /// The OpenAI-compatible endpoint.
@@ -415,6 +423,9 @@ impl Loaded {
             names.extend(route.token_env.as_deref());
             names.extend(route.secret_env.as_deref());
         }
+        for server in c.mcp.servers.values() {
+            names.extend(server.secret_env_names());
+        }
         let mut values: Vec<String> = names.into_iter().filter_map(|n| self.secret(n)).collect();
         let url = self.store_url();
         if let Some(password) = url_password(&url) {
@@ -584,6 +595,7 @@ fn validate(config: &Config) -> Result<()> {
             config.server.bind
         );
     }
+    tools::validate(&config.tools, &config.mcp)?;
     for (name, route) in &config.webhook.routes {
         if route.token_env.is_none() && route.secret_env.is_none() {
             bail!("webhook.routes.{name} needs token_env or secret_env (routes never run open)");
