@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use agent_core::agent::{Agent, PromptBuilder, TurnConfig, TurnInput};
+use agent_core::agent::{Agent, ConversationState, PromptBuilder, TurnConfig};
 use agent_core::llm::{
     ChatProvider, ChatRequest, ChatResponse, FinishReason, LlmError, ModelSpec, StreamEvent,
     ToolCall, Usage,
@@ -95,7 +95,7 @@ const TURNS_PER_SESSION: usize = 10;
 
 async fn run(agent: &Agent, store: &Arc<dyn SessionStore>, turns: usize, tag: &str) {
     let cancel = CancellationToken::new();
-    let mut input = None;
+    let mut state = None;
     for i in 0..turns {
         if i % TURNS_PER_SESSION == 0 {
             let c = store
@@ -106,17 +106,18 @@ async fn run(agent: &Agent, store: &Arc<dyn SessionStore>, turns: usize, tag: &s
                 .start_session(c.id, &SessionSpec::default())
                 .await
                 .expect("session");
-            input = Some(TurnInput {
-                conversation_id: c.id,
-                session_id: s.id,
+            state = Some(ConversationState {
                 system_prompt: Some("You are a helpful assistant.".into()),
-                user_text: "What time is it?".into(),
+                ..ConversationState::new(c.id, s.id)
             });
         }
-        let Some(input) = &input else {
+        let Some(state) = &mut state else {
             unreachable!("set on the first turn")
         };
-        agent.run_turn(input, &|_| {}, &cancel).await.expect("turn");
+        agent
+            .run_turn(state, "What time is it?", &|_| {}, &cancel)
+            .await
+            .expect("turn");
     }
 }
 
@@ -151,6 +152,8 @@ fn main() {
             tools,
             store: store.clone(),
             prompt: PromptBuilder::new("You are a helpful assistant."),
+            compressor: None,
+            todo: None,
             config: TurnConfig::default(),
         };
 

@@ -212,7 +212,7 @@ impl agent_core::tools::Tool for FixedClock {
 async fn a_tool_call_round_trip_through_the_loop() {
     use std::sync::Arc;
 
-    use agent_core::agent::{Agent, PromptBuilder, TurnConfig, TurnInput};
+    use agent_core::agent::{Agent, ConversationState, PromptBuilder, TurnConfig};
     use agent_core::store::{NewConversation, NewMessage, SessionSpec, SessionStore, SqliteStore};
     use agent_core::tools::ToolRegistry;
 
@@ -260,6 +260,8 @@ async fn a_tool_call_round_trip_through_the_loop() {
         tools,
         store: store.clone(),
         prompt: PromptBuilder::new("You are a helpful assistant."),
+        compressor: None,
+        todo: None,
         config: TurnConfig {
             max_iterations: 3,
             max_tokens: 64,
@@ -267,14 +269,14 @@ async fn a_tool_call_round_trip_through_the_loop() {
             ..TurnConfig::default()
         },
     };
-    let input = TurnInput {
-        conversation_id: c.id,
-        session_id: s.id.clone(),
-        system_prompt: Some("You are a helpful assistant.".into()),
-        user_text: "Use the clock tool.".into(),
-    };
+    let mut state = ConversationState::new(c.id, s.id.clone());
     let outcome = agent
-        .run_turn(&input, &|_| {}, &CancellationToken::new())
+        .run_turn(
+            &mut state,
+            "Use the clock tool.",
+            &|_| {},
+            &CancellationToken::new(),
+        )
         .await
         .expect("turn");
     let stored = store.messages(&s.id).await.expect("messages");

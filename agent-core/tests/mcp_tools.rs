@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::agent::retry::RetryPolicy;
-use agent_core::agent::{Agent, PromptBuilder, TurnConfig, TurnInput};
+use agent_core::agent::{Agent, ConversationState, PromptBuilder, TurnConfig};
 use agent_core::llm::ChatProvider;
 use agent_core::llm::openai::{OpenAiConfig, OpenAiProvider};
 use agent_core::store::{NewConversation, Role, SessionSpec, SessionStore, SqliteStore};
@@ -288,6 +288,8 @@ async fn a_turn_calls_a_remote_tool_and_answers_from_its_result() {
         tools: registry,
         store: store.clone(),
         prompt: PromptBuilder::new("You add numbers."),
+        compressor: None,
+        todo: None,
         config: TurnConfig {
             retry: RetryPolicy {
                 backoff_base: Duration::from_millis(10),
@@ -296,14 +298,14 @@ async fn a_turn_calls_a_remote_tool_and_answers_from_its_result() {
             ..TurnConfig::default()
         },
     };
-    let input = TurnInput {
-        conversation_id: c.id,
-        session_id: s.id.clone(),
-        system_prompt: None,
-        user_text: "What is 19 + 23?".into(),
-    };
+    let mut state = ConversationState::new(c.id, s.id.clone());
     let outcome = agent
-        .run_turn(&input, &|_| {}, &CancellationToken::new())
+        .run_turn(
+            &mut state,
+            "What is 19 + 23?",
+            &|_| {},
+            &CancellationToken::new(),
+        )
         .await
         .expect("turn");
     assert_eq!(outcome.text, "19 + 23 = 42");

@@ -148,7 +148,10 @@ fn invalid_values_are_refused_with_the_key() {
             "mcp.servers.a b",
         ),
         ("[mcp.servers.z]\nurl = \"ftp://x\"\n", "mcp.servers.z.url"),
-        ("[tools]\nsession_search = \"everyone\"\n", "`everyone`, expected one of `lineage`"),
+        (
+            "[tools]\nsession_search = \"everyone\"\n",
+            "`everyone`, expected one of `lineage`",
+        ),
     ] {
         let file = home.path().join("bad.toml");
         std::fs::write(&file, toml).expect("write");

@@ -82,7 +82,7 @@ impl Turn<'_> {
             history::assistant(&text, &[], finish_text, usage.map(|u| u.completion_tokens));
         self.agent
             .store
-            .append_messages(self.session_id, &[answer])
+            .append_messages(&self.state.session_id, &[answer])
             .await?;
         Ok(text)
     }

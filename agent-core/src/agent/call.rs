@@ -65,10 +65,12 @@ impl Turn<'_> {
                 self.api_calls += called.calls;
                 self.record_calls(called.calls, called.response.usage, provider)
                     .await?;
-                self.context = match called.response.usage {
+                let (tokens, estimated) = match called.response.usage {
                     Some(u) => (u.prompt_tokens, false),
                     None => (estimate::request(request), true),
                 };
+                self.state.context.tokens = tokens;
+                self.state.context.estimated = estimated;
                 Ok(Answered {
                     response: called.response,
                     provider,
@@ -96,14 +98,14 @@ impl Turn<'_> {
         let message = history::assistant(text, &[], Some(INTERRUPTED.to_owned()), None);
         self.agent
             .store
-            .append_messages(self.session_id, &[message])
+            .append_messages(&self.state.session_id, &[message])
             .await
             .map(drop)
     }
 
     /// Adds calls, their usage and its estimated cost (at the answering provider's prices)
     /// to the session's totals.
-    async fn record_calls(
+    pub(super) async fn record_calls(
         &self,
         calls: u32,
         usage: Option<Usage>,
@@ -119,7 +121,7 @@ impl Turn<'_> {
         self.agent
             .store
             .add_usage(
-                self.session_id,
+                &self.state.session_id,
                 &SessionUsage {
                     input_tokens: to_i64(u.prompt_tokens),
                     output_tokens: to_i64(u.completion_tokens),

@@ -54,3 +54,35 @@ pub fn tool_result(call: &ToolCall, content: &str) -> NewMessage {
     message.tool_name = Some(call.name.clone());
     message
 }
+
+/// The model's view back to stored messages (a compressed context becoming a new session's
+/// first messages). Tool results get their tool's name from the call they answer.
+pub fn to_new(messages: &[ChatMessage]) -> Vec<NewMessage> {
+    let names: std::collections::HashMap<&str, &str> = messages
+        .iter()
+        .flat_map(|m| &m.tool_calls)
+        .map(|c| (c.id.as_str(), c.name.as_str()))
+        .collect();
+    messages
+        .iter()
+        .map(|m| match m.role {
+            Role::Tool => {
+                let mut out = NewMessage::text(Role::Tool, m.content.clone().unwrap_or_default());
+                out.tool_call_id = m.tool_call_id.clone();
+                out.tool_name = m
+                    .tool_call_id
+                    .as_deref()
+                    .and_then(|id| names.get(id))
+                    .map(|n| (*n).to_owned());
+                out
+            }
+            Role::Assistant => assistant(
+                m.content.as_deref().unwrap_or(""),
+                &m.tool_calls,
+                None,
+                None,
+            ),
+            role => NewMessage::text(role, m.content.clone().unwrap_or_default()),
+        })
+        .collect()
+}

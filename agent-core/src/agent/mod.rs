@@ -4,6 +4,7 @@
 //! # Layout
 //! - [`turn`]: the outer tool loop ([`Agent::run_turn`]).
 //! - [`call`]: one model call of a turn: usage, cost, context size, interrupted text.
+//! - [`compaction`]: compression inside the loop: triggers, memory flush, session rotation.
 //! - [`answer`]: the final answer: truncated ones continued, empty ones recovered.
 //! - [`retry`]: the inner retry chain around each model call, acting on the error class.
 //! - [`prompt`]: the session's system prompt, frozen with a memory snapshot.
@@ -12,11 +13,15 @@
 
 pub mod answer;
 pub mod call;
+pub mod compaction;
 pub mod estimate;
 pub mod history;
 pub mod prompt;
 pub mod retry;
 pub mod turn;
 
+pub use compaction::{CompressionReport, Trigger};
 pub use prompt::PromptBuilder;
-pub use turn::{Agent, TurnConfig, TurnError, TurnEvent, TurnInput, TurnOutcome};
+pub use turn::{
+    Agent, ContextState, ConversationState, TurnConfig, TurnError, TurnEvent, TurnOutcome,
+};

@@ -7,12 +7,18 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::compaction::CompressionReport;
 use super::history;
 use super::prompt::PromptBuilder;
 use super::retry::{RetryNotice, RetryPolicy};
+use crate::compress::Compressor;
 use crate::llm::{ChatMessage, ChatProvider, ChatRequest, LlmError};
 use crate::store::{NewMessage, Role, SessionStore, StoreError};
+use crate::tools::todo::Todo;
 use crate::tools::{ToolContext, ToolRegistry};
+
+/// Context-overflow errors recovered (compress, retry) per turn.
+const MAX_OVERFLOW_RECOVERIES: u32 = 3;
 
 /// The note sent (never stored) with the last call once the tool budget is spent.
 const FINAL_ANSWER_NOTE: &str = "You have used every tool call this turn allows. Answer now with what you have, without calling tools.";
@@ -31,6 +37,9 @@ pub struct TurnConfig {
     /// Bounds the whole turn, retries included.
     pub turn_deadline: Duration,
     pub retry: RetryPolicy,
+    /// Before compressing, give the model one call with only the `memory` tool to save what
+    /// it wants to keep (when that tool is registered).
+    pub memory_flush: bool,
 }
 
 impl Default for TurnConfig {
@@ -42,6 +51,7 @@ impl Default for TurnConfig {
             tool_timeout: Duration::from_secs(120),
             turn_deadline: Duration::from_secs(900),
             retry: RetryPolicy::default(),
+            memory_flush: true,
         }
     }
 }
@@ -52,30 +62,76 @@ pub struct Agent {
     pub providers: Vec<Arc<dyn ChatProvider>>,
     pub tools: ToolRegistry,
     pub store: Arc<dyn SessionStore>,
-    /// Builds a session's system prompt on its first turn.
+    /// Builds a session's system prompt on its first turn (and after compression).
     pub prompt: PromptBuilder,
+    /// Context compression; `None` turns it off entirely (overflow errors then end the turn).
+    pub compressor: Option<Arc<Compressor>>,
+    /// The todo list, carried to the new session and shown in the summary on compression.
+    pub todo: Option<Arc<Todo>>,
     pub config: TurnConfig,
 }
 
-/// What a turn starts from.
-#[derive(Debug, Clone)]
-pub struct TurnInput {
+/// Where a conversation stands between turns. Its actor keeps it; a turn updates it (a
+/// compression moves the conversation to a new session).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConversationState {
     pub conversation_id: i64,
     pub session_id: String,
-    /// The session's frozen system prompt when the caller holds it (from
-    /// [`Agent::session_prompt`]); `None` loads it, building and freezing it on the session's
-    /// first turn.
+    /// The session's frozen system prompt once known; `None` loads it (building and freezing
+    /// it on the session's first turn).
     pub system_prompt: Option<String>,
-    pub user_text: String,
+    pub context: ContextState,
+}
+
+impl ConversationState {
+    pub fn new(conversation_id: i64, session_id: impl Into<String>) -> Self {
+        Self {
+            conversation_id,
+            session_id: session_id.into(),
+            system_prompt: None,
+            context: ContextState::default(),
+        }
+    }
+}
+
+/// What the loop knows about the size of a conversation's context.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ContextState {
+    /// The window, lowered when an overflow error named a smaller real limit; `None` uses the
+    /// answering provider's configured context length.
+    pub context_length: Option<u64>,
+    /// The last known size: the last response's `prompt_tokens`, or an estimate.
+    pub tokens: u64,
+    /// Whether `tokens` is an estimate (after a compression, until real usage arrives).
+    pub estimated: bool,
+    /// Consecutive automatic compressions that saved less than 10 %.
+    pub ineffective: u32,
+}
+
+impl ContextState {
+    /// Automatic compression is paused after two ineffective ones in a row, until `/compress`
+    /// or `/new`.
+    pub fn auto_paused(&self) -> bool {
+        self.ineffective >= 2
+    }
 }
 
 /// What a turn reports while it runs.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TurnEvent {
     Text(String),
-    ToolStarted { name: String },
-    ToolFinished { name: String, is_error: bool },
+    ToolStarted {
+        name: String,
+    },
+    ToolFinished {
+        name: String,
+        is_error: bool,
+    },
     Retry(RetryNotice),
+    /// The context was compressed and the conversation moved to a new session.
+    Compressed(CompressionReport),
+    /// Something the user should know (repeated compression, compression paused).
+    Warning(String),
 }
 
 /// A finished turn.
@@ -91,6 +147,8 @@ pub struct TurnOutcome {
     pub context_tokens: u64,
     /// Whether `context_tokens` is the estimate.
     pub context_estimated: bool,
+    /// Compressions during this turn.
+    pub compressions: u32,
 }
 
 /// Why a turn ended without an answer. Everything produced until then is stored.
@@ -109,13 +167,12 @@ pub enum TurnError {
 /// The state of one running turn.
 pub(super) struct Turn<'a> {
     pub agent: &'a Agent,
-    pub session_id: &'a str,
-    pub system: String,
+    pub state: &'a mut ConversationState,
     pub deadline: Instant,
     /// Model calls made, failed ones included.
     pub api_calls: u32,
-    /// The last context size and whether it is estimated.
-    pub context: (u64, bool),
+    /// Compressions made.
+    pub compressions: u32,
     /// The provider the turn's calls start from: the one that last answered, so a main model
     /// that failed over (bad key, gone) is not asked again on every iteration.
     pub provider: usize,
@@ -145,64 +202,81 @@ impl Agent {
         self.store.freeze_system_prompt(session_id, &built).await
     }
 
-    /// Runs one turn; see the module docs.
+    /// Runs one turn for `user_text`; see the module docs. `state` is updated as it goes.
     pub async fn run_turn(
         &self,
-        input: &TurnInput,
+        state: &mut ConversationState,
+        user_text: &str,
         on_event: &(dyn Fn(TurnEvent) + Send + Sync),
         cancel: &CancellationToken,
     ) -> Result<TurnOutcome, TurnError> {
-        let deadline = Instant::now() + self.config.turn_deadline;
         self.store
             .append_messages(
-                &input.session_id,
-                &[NewMessage::text(Role::User, &input.user_text)],
+                &state.session_id,
+                &[NewMessage::text(Role::User, user_text)],
             )
             .await?;
-        let system = match &input.system_prompt {
-            Some(prompt) => prompt.clone(),
-            None => {
-                self.session_prompt(input.conversation_id, &input.session_id)
-                    .await?
-            }
-        };
-        let messages: Vec<ChatMessage> = self
-            .store
-            .messages(&input.session_id)
-            .await?
-            .iter()
-            .filter_map(history::to_chat)
-            .collect();
-        let mut turn = Turn {
+        let mut turn = self.begin(state, on_event, cancel).await?;
+        let messages = turn.load_messages().await?;
+        turn.run(messages).await
+    }
+
+    /// A turn over `state`, its system prompt loaded.
+    pub(super) async fn begin<'a>(
+        &'a self,
+        state: &'a mut ConversationState,
+        on_event: &'a (dyn Fn(TurnEvent) + Send + Sync),
+        cancel: &'a CancellationToken,
+    ) -> Result<Turn<'a>, TurnError> {
+        if state.system_prompt.is_none() {
+            state.system_prompt = Some(
+                self.session_prompt(state.conversation_id, &state.session_id)
+                    .await?,
+            );
+        }
+        Ok(Turn {
             agent: self,
-            session_id: &input.session_id,
-            system,
-            deadline,
+            state,
+            deadline: Instant::now() + self.config.turn_deadline,
             api_calls: 0,
-            context: (0, true),
+            compressions: 0,
             provider: 0,
             on_event,
             cancel,
-        };
-        let ctx = ToolContext {
-            session_id: input.session_id.clone(),
-            conversation_id: input.conversation_id,
-        };
-        turn.run(messages, &ctx).await
+        })
     }
 }
 
 impl Turn<'_> {
-    /// The outer tool loop.
-    async fn run(
-        &mut self,
-        mut messages: Vec<ChatMessage>,
-        ctx: &ToolContext,
-    ) -> Result<TurnOutcome, TurnError> {
+    /// The current session's messages as the model sees them.
+    pub(super) async fn load_messages(&self) -> Result<Vec<ChatMessage>, TurnError> {
+        Ok(self
+            .agent
+            .store
+            .messages(&self.state.session_id)
+            .await?
+            .iter()
+            .filter_map(history::to_chat)
+            .collect())
+    }
+
+    fn tool_context(&self) -> ToolContext {
+        ToolContext {
+            session_id: self.state.session_id.clone(),
+            conversation_id: self.state.conversation_id,
+        }
+    }
+
+    /// The outer tool loop, with preflight compression before it, compression when the real
+    /// context passes the threshold, and compress-and-retry on context overflow.
+    async fn run(&mut self, mut messages: Vec<ChatMessage>) -> Result<TurnOutcome, TurnError> {
+        self.preflight(&mut messages).await?;
         let max_iterations = self.agent.config.max_iterations;
         // Text the model wrote beside tool calls this turn: the answer if it then falls silent.
         let mut earlier_text: Option<String> = None;
-        for iteration in 0..=max_iterations {
+        let mut overflows = 0;
+        let mut iteration = 0;
+        while iteration <= max_iterations {
             if self.cancel.is_cancelled() {
                 return Err(TurnError::Cancelled);
             }
@@ -213,7 +287,19 @@ impl Turn<'_> {
                     .messages
                     .push(ChatMessage::text(Role::User, FINAL_ANSWER_NOTE));
             }
-            let answered = self.call_model(&request, self.provider, "").await?;
+            let answered = match self.call_model(&request, self.provider, "").await {
+                Ok(answered) => answered,
+                Err(TurnError::Model(error)) if error.class.needs_compression() => {
+                    overflows += 1;
+                    if overflows > MAX_OVERFLOW_RECOVERIES
+                        || !self.recover_overflow(&error, &mut messages).await?
+                    {
+                        return Err(TurnError::Model(error));
+                    }
+                    continue;
+                }
+                Err(other) => return Err(other),
+            };
             self.provider = answered.provider;
             let response = answered.response;
             let calls = if last {
@@ -229,8 +315,9 @@ impl Turn<'_> {
                     text,
                     api_calls: self.api_calls,
                     iterations: iteration + 1,
-                    context_tokens: self.context.0,
-                    context_estimated: self.context.1,
+                    context_tokens: self.state.context.tokens,
+                    context_estimated: self.state.context.estimated,
+                    compressions: self.compressions,
                 });
             }
             if !response.content.trim().is_empty() {
@@ -244,7 +331,7 @@ impl Turn<'_> {
             self.agent
                 .store
                 .append_messages(
-                    self.session_id,
+                    &self.state.session_id,
                     &[history::assistant(
                         &response.content,
                         &calls,
@@ -260,7 +347,9 @@ impl Turn<'_> {
                 tool_call_id: None,
                 thinking: response.thinking,
             });
-            self.run_tools(&calls, ctx, &mut messages).await?;
+            self.run_tools(&calls, &mut messages).await?;
+            self.after_response(&mut messages).await?;
+            iteration += 1;
         }
         // The last iteration never runs tools, so the loop always returns above.
         Err(TurnError::Model(LlmError::transport(
@@ -273,7 +362,7 @@ impl Turn<'_> {
     pub(super) fn request(&self, messages: Vec<ChatMessage>, with_tools: bool) -> ChatRequest {
         let config = &self.agent.config;
         ChatRequest {
-            system: Some(self.system.clone()).filter(|s| !s.is_empty()),
+            system: self.state.system_prompt.clone().filter(|s| !s.is_empty()),
             messages,
             tools: if with_tools {
                 self.agent.tools.schemas()
@@ -290,10 +379,10 @@ impl Turn<'_> {
     async fn run_tools(
         &self,
         calls: &[crate::llm::ToolCall],
-        ctx: &ToolContext,
         messages: &mut Vec<ChatMessage>,
     ) -> Result<(), TurnError> {
         let agent = self.agent;
+        let ctx = &self.tool_context();
         let runs = calls.iter().map(|call| async {
             (self.on_event)(TurnEvent::ToolStarted {
                 name: call.name.clone(),
@@ -322,7 +411,7 @@ impl Turn<'_> {
             .collect();
         agent
             .store
-            .append_messages(self.session_id, &results)
+            .append_messages(&self.state.session_id, &results)
             .await?;
         for (call, out) in calls.iter().zip(outputs) {
             messages.push(ChatMessage {

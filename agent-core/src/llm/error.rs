@@ -44,6 +44,11 @@ pub enum ErrorClass {
 }
 
 impl ErrorClass {
+    /// The request is too big: the loop compresses and retries.
+    pub fn needs_compression(self) -> bool {
+        matches!(self, Self::ContextOverflow | Self::PayloadTooLarge)
+    }
+
     /// The label used in logs and metrics.
     pub fn as_str(self) -> &'static str {
         match self {

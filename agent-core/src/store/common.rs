@@ -579,6 +579,35 @@ macro_rules! impl_session_store {
                 })
             }
 
+            async fn try_lock_session(&self, session_id: &str, holder: &str, ttl: std::time::Duration) -> StoreResult<bool> {
+                let now = chrono::Utc::now();
+                let until = now + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX);
+                write_tx!(self, |tx| {
+                    let done = sqlx::query(
+                        "INSERT INTO session_locks (session_id, holder, expires_at) VALUES ($1, $2, $3) \
+                         ON CONFLICT (session_id) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at \
+                         WHERE session_locks.expires_at < $4 OR session_locks.holder = $2",
+                    )
+                    .bind(session_id)
+                    .bind(holder)
+                    .bind(until)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                    done.rows_affected() == 1
+                })
+            }
+
+            async fn unlock_session(&self, session_id: &str, holder: &str) -> StoreResult<()> {
+                write_tx!(self, |tx| {
+                    sqlx::query("DELETE FROM session_locks WHERE session_id = $1 AND holder = $2")
+                        .bind(session_id)
+                        .bind(holder)
+                        .execute(&mut *tx)
+                        .await?;
+                })
+            }
+
             async fn session_by_title(&self, title: &str) -> StoreResult<Option<Session>> {
                 let (base, _) = split_numbered_title(title);
                 let sql = format!(

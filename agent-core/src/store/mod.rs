@@ -123,6 +123,16 @@ pub trait SessionStore: Send + Sync + 'static {
     /// Sets a unique title.
     async fn set_title(&self, session_id: &str, title: &str) -> StoreResult<()>;
     /// The session with this exact title, or else the newest `title (N)` variant.
+    /// Takes the session's lease for `ttl` unless another holder has an unexpired one; the
+    /// same holder may take it again. Keeps two processes from compressing one session.
+    async fn try_lock_session(
+        &self,
+        session_id: &str,
+        holder: &str,
+        ttl: std::time::Duration,
+    ) -> StoreResult<bool>;
+    /// Gives the lease back (only `holder`'s).
+    async fn unlock_session(&self, session_id: &str, holder: &str) -> StoreResult<()>;
     async fn session_by_title(&self, title: &str) -> StoreResult<Option<Session>>;
     /// Sets the session's system prompt unless it already has one, and returns the one it has
     /// now: the prompt is frozen once per session so it stays byte-stable (provider prompt

@@ -35,6 +35,16 @@ impl Todo {
             .unwrap_or_default()
     }
 
+    /// Copies a session's list to its successor (compression moves the conversation to a new
+    /// session; the task list goes with it).
+    pub fn carry(&self, from: &str, to: &str) {
+        if let Ok(mut lists) = self.lists.lock()
+            && let Some(items) = lists.get(from).cloned()
+        {
+            lists.insert(to.to_owned(), items);
+        }
+    }
+
     /// The list as the model reads it.
     pub fn render(items: &[TodoItem]) -> String {
         if items.is_empty() {

@@ -26,13 +26,13 @@ async fn a_cancel_mid_stream_stores_the_partial_answer_as_interrupted() {
     let fake = FakeOpenAi::start([Reply::stalled("It is twelve o'")])
         .await
         .expect("fake");
-    let s = setup(vec![provider(&fake, "main")], 90).await;
+    let mut s = setup(vec![provider(&fake, "main")], 90).await;
     let (events, on_event) = recorder();
     let cancel = CancellationToken::new();
     let fired = cancel_after(&cancel, Duration::from_millis(300));
     let err = s
         .agent
-        .run_turn(&s.input, &on_event, &cancel)
+        .run_turn(&mut s.state, USER, &on_event, &cancel)
         .await
         .expect_err("cancelled");
     let returned = std::time::Instant::now();
@@ -55,7 +55,7 @@ async fn a_cancel_mid_stream_stores_the_partial_answer_as_interrupted() {
     let stored = s
         .agent
         .store
-        .messages(&s.input.session_id)
+        .messages(&s.state.session_id)
         .await
         .expect("messages");
     assert_eq!(stored.len(), 2, "{stored:?}");
@@ -72,19 +72,19 @@ async fn a_cancel_while_continuing_keeps_the_whole_answer_so_far() {
     ])
     .await
     .expect("fake");
-    let s = setup(vec![provider(&fake, "main")], 90).await;
+    let mut s = setup(vec![provider(&fake, "main")], 90).await;
     let cancel = CancellationToken::new();
     let _fired = cancel_after(&cancel, Duration::from_millis(300));
     let err = s
         .agent
-        .run_turn(&s.input, &|_| {}, &cancel)
+        .run_turn(&mut s.state, USER, &|_| {}, &cancel)
         .await
         .expect_err("cancelled");
     assert!(matches!(err, TurnError::Cancelled), "{err:?}");
     let stored = s
         .agent
         .store
-        .messages(&s.input.session_id)
+        .messages(&s.state.session_id)
         .await
         .expect("messages");
     let last = stored.last().expect("stored");
@@ -129,7 +129,7 @@ async fn a_cancel_inside_a_tool_answers_its_call_and_stops_the_turn() {
     let _fired = cancel_after(&cancel, Duration::from_millis(300));
     let err = s
         .agent
-        .run_turn(&s.input, &|_| {}, &cancel)
+        .run_turn(&mut s.state, USER, &|_| {}, &cancel)
         .await
         .expect_err("cancelled");
     assert!(matches!(err, TurnError::Cancelled), "{err:?}");
@@ -137,7 +137,7 @@ async fn a_cancel_inside_a_tool_answers_its_call_and_stops_the_turn() {
     let stored = s
         .agent
         .store
-        .messages(&s.input.session_id)
+        .messages(&s.state.session_id)
         .await
         .expect("messages");
     let roles: Vec<Role> = stored.iter().map(|m| m.body.role).collect();

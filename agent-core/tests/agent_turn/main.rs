@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_core::agent::retry::{RetryNotice, RetryPolicy};
-use agent_core::agent::{Agent, PromptBuilder, TurnConfig, TurnError, TurnEvent, TurnInput};
+use agent_core::agent::{
+    Agent, ConversationState, PromptBuilder, TurnConfig, TurnError, TurnEvent,
+};
 use agent_core::llm::openai::{OpenAiConfig, OpenAiProvider};
 use agent_core::llm::{ChatProvider, ErrorClass};
 use agent_core::store::{NewConversation, Role, SessionSpec, SessionStore, SqliteStore};
@@ -23,9 +25,12 @@ use testkit::Reply;
 use testkit::openai::FakeOpenAi;
 use tokio_util::sync::CancellationToken;
 
+/// The user message of every scripted turn.
+pub(crate) const USER: &str = "What time is it?";
+
 pub(crate) struct Setup {
     pub(crate) agent: Agent,
-    pub(crate) input: TurnInput,
+    pub(crate) state: ConversationState,
     pub(crate) dir: tempfile::TempDir,
 }
 
@@ -65,6 +70,7 @@ pub(crate) async fn setup(providers: Vec<Arc<dyn ChatProvider>>, max_iterations:
             retry_after_cap: Duration::from_millis(50),
             max_attempts: 3,
         },
+        memory_flush: false,
     };
     Setup {
         agent: Agent {
@@ -72,13 +78,13 @@ pub(crate) async fn setup(providers: Vec<Arc<dyn ChatProvider>>, max_iterations:
             tools,
             store,
             prompt: PromptBuilder::new("You are terse."),
+            compressor: None,
+            todo: None,
             config,
         },
-        input: TurnInput {
-            conversation_id: c.id,
-            session_id: s.id,
+        state: ConversationState {
             system_prompt: Some("You are terse.".into()),
-            user_text: "What time is it?".into(),
+            ..ConversationState::new(c.id, s.id)
         },
         dir,
     }
@@ -102,11 +108,11 @@ async fn a_tool_round_trip_is_persisted_message_by_message() {
     ])
     .await
     .expect("fake");
-    let s = setup(vec![provider(&fake, "main")], 90).await;
+    let mut s = setup(vec![provider(&fake, "main")], 90).await;
     let (events, on_event) = recorder();
     let outcome = s
         .agent
-        .run_turn(&s.input, &on_event, &CancellationToken::new())
+        .run_turn(&mut s.state, USER, &on_event, &CancellationToken::new())
         .await
         .expect("turn");
     assert_eq!(outcome.text, "It is noon.");
@@ -123,7 +129,7 @@ async fn a_tool_round_trip_is_persisted_message_by_message() {
     let stored = s
         .agent
         .store
-        .messages(&s.input.session_id)
+        .messages(&s.state.session_id)
         .await
         .expect("messages");
     let roles: Vec<Role> = stored.iter().map(|m| m.body.role).collect();
@@ -158,7 +164,7 @@ async fn a_tool_round_trip_is_persisted_message_by_message() {
     let session = s
         .agent
         .store
-        .session(&s.input.session_id)
+        .session(&s.state.session_id)
         .await
         .expect("load")
         .expect("exists");
@@ -191,11 +197,11 @@ async fn server_errors_are_retried_and_counted() {
     ])
     .await
     .expect("fake");
-    let s = setup(vec![provider(&fake, "main")], 90).await;
+    let mut s = setup(vec![provider(&fake, "main")], 90).await;
     let (events, on_event) = recorder();
     let outcome = s
         .agent
-        .run_turn(&s.input, &on_event, &CancellationToken::new())
+        .run_turn(&mut s.state, USER, &on_event, &CancellationToken::new())
         .await
         .expect("turn");
     assert_eq!((outcome.text.as_str(), outcome.api_calls), ("ok", 3));
@@ -212,7 +218,7 @@ async fn server_errors_are_retried_and_counted() {
     let session = s
         .agent
         .store
-        .session(&s.input.session_id)
+        .session(&s.state.session_id)
         .await
         .expect("load")
         .expect("exists");
@@ -227,7 +233,7 @@ async fn auth_failure_falls_back_to_the_next_provider() {
     let backup = FakeOpenAi::start([Reply::text("from the backup")])
         .await
         .expect("fake");
-    let s = setup(
+    let mut s = setup(
         vec![provider(&main, "main"), provider(&backup, "backup-model")],
         90,
     )
@@ -235,7 +241,7 @@ async fn auth_failure_falls_back_to_the_next_provider() {
     let (events, on_event) = recorder();
     let outcome = s
         .agent
-        .run_turn(&s.input, &on_event, &CancellationToken::new())
+        .run_turn(&mut s.state, USER, &on_event, &CancellationToken::new())
         .await
         .expect("turn");
     assert_eq!(outcome.text, "from the backup");
@@ -264,10 +270,10 @@ async fn the_iteration_limit_ends_with_one_call_without_tools() {
     ])
     .await
     .expect("fake");
-    let s = setup(vec![provider(&fake, "main")], 2).await;
+    let mut s = setup(vec![provider(&fake, "main")], 2).await;
     let outcome = s
         .agent
-        .run_turn(&s.input, &|_| {}, &CancellationToken::new())
+        .run_turn(&mut s.state, USER, &|_| {}, &CancellationToken::new())
         .await
         .expect("turn");
     assert_eq!((outcome.text.as_str(), outcome.iterations), ("final", 3));
@@ -284,7 +290,7 @@ async fn the_iteration_limit_ends_with_one_call_without_tools() {
     let stored = s
         .agent
         .store
-        .messages(&s.input.session_id)
+        .messages(&s.state.session_id)
         .await
         .expect("messages");
     assert!(
@@ -301,7 +307,7 @@ async fn the_iteration_limit_ends_with_one_call_without_tools() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_abandons_a_hung_call_and_keeps_what_was_said() {
     let fake = FakeOpenAi::start([Reply::hang()]).await.expect("fake");
-    let s = setup(vec![provider(&fake, "main")], 90).await;
+    let mut s = setup(vec![provider(&fake, "main")], 90).await;
     let cancel = CancellationToken::new();
     let trigger = cancel.clone();
     tokio::spawn(async move {
@@ -311,7 +317,7 @@ async fn cancel_abandons_a_hung_call_and_keeps_what_was_said() {
     let started = std::time::Instant::now();
     let err = s
         .agent
-        .run_turn(&s.input, &|_| {}, &cancel)
+        .run_turn(&mut s.state, USER, &|_| {}, &cancel)
         .await
         .expect_err("cancelled");
     assert!(matches!(err, TurnError::Cancelled), "{err:?}");
@@ -322,7 +328,7 @@ async fn cancel_abandons_a_hung_call_and_keeps_what_was_said() {
     let stored = s
         .agent
         .store
-        .messages(&s.input.session_id)
+        .messages(&s.state.session_id)
         .await
         .expect("messages");
     assert_eq!(stored.len(), 1, "the user message is kept");
@@ -337,10 +343,10 @@ async fn a_context_overflow_comes_back_to_the_caller_with_the_limit() {
     )])
     .await
     .expect("fake");
-    let s = setup(vec![provider(&fake, "main")], 90).await;
+    let mut s = setup(vec![provider(&fake, "main")], 90).await;
     let err = s
         .agent
-        .run_turn(&s.input, &|_| {}, &CancellationToken::new())
+        .run_turn(&mut s.state, USER, &|_| {}, &CancellationToken::new())
         .await
         .expect_err("overflow");
     match err {
@@ -366,10 +372,10 @@ async fn a_truncated_answer_is_continued_and_joined_once() {
     ])
     .await
     .expect("fake");
-    let s = setup(vec![provider(&fake, "main")], 90).await;
+    let mut s = setup(vec![provider(&fake, "main")], 90).await;
     let outcome = s
         .agent
-        .run_turn(&s.input, &|_| {}, &CancellationToken::new())
+        .run_turn(&mut s.state, USER, &|_| {}, &CancellationToken::new())
         .await
         .expect("turn");
     assert_eq!(outcome.text, "The first half, the second half. The end.");
@@ -391,7 +397,7 @@ async fn a_truncated_answer_is_continued_and_joined_once() {
     let stored = s
         .agent
         .store
-        .messages(&s.input.session_id)
+        .messages(&s.state.session_id)
         .await
         .expect("messages");
     let bodies: Vec<_> = stored
@@ -416,10 +422,10 @@ async fn an_empty_answer_is_nudged_then_given_up_honestly() {
     let fake = FakeOpenAi::start([Reply::text(""), Reply::text("Here it is.")])
         .await
         .expect("fake");
-    let s = setup(vec![provider(&fake, "main")], 90).await;
+    let mut s = setup(vec![provider(&fake, "main")], 90).await;
     let outcome = s
         .agent
-        .run_turn(&s.input, &|_| {}, &CancellationToken::new())
+        .run_turn(&mut s.state, USER, &|_| {}, &CancellationToken::new())
         .await
         .expect("turn");
     assert_eq!(outcome.text, "Here it is.");
@@ -434,7 +440,7 @@ async fn an_empty_answer_is_nudged_then_given_up_honestly() {
     let stored = s
         .agent
         .store
-        .messages(&s.input.session_id)
+        .messages(&s.state.session_id)
         .await
         .expect("messages");
     assert_eq!(stored.len(), 2, "no empty answer or nudge stored");
@@ -447,10 +453,10 @@ async fn an_empty_answer_is_nudged_then_given_up_honestly() {
     ])
     .await
     .expect("fake");
-    let s = setup(vec![provider(&silent, "main")], 90).await;
+    let mut s = setup(vec![provider(&silent, "main")], 90).await;
     let outcome = s
         .agent
-        .run_turn(&s.input, &|_| {}, &CancellationToken::new())
+        .run_turn(&mut s.state, USER, &|_| {}, &CancellationToken::new())
         .await
         .expect("turn");
     assert!(outcome.text.contains("no answer"), "{outcome:?}");
@@ -465,10 +471,10 @@ async fn silence_after_tools_reuses_the_text_written_beside_them() {
     ])
     .await
     .expect("fake");
-    let s = setup(vec![provider(&fake, "main")], 90).await;
+    let mut s = setup(vec![provider(&fake, "main")], 90).await;
     let outcome = s
         .agent
-        .run_turn(&s.input, &|_| {}, &CancellationToken::new())
+        .run_turn(&mut s.state, USER, &|_| {}, &CancellationToken::new())
         .await
         .expect("turn");
     assert_eq!(outcome.text, "It is about noon; checking to be sure.");
@@ -476,7 +482,7 @@ async fn silence_after_tools_reuses_the_text_written_beside_them() {
     let stored = s
         .agent
         .store
-        .messages(&s.input.session_id)
+        .messages(&s.state.session_id)
         .await
         .expect("messages");
     let last = stored.last().expect("answer");
@@ -500,7 +506,7 @@ async fn a_silent_model_hands_over_to_the_fallback_after_three_nudges() {
     let backup = FakeOpenAi::start([Reply::text("The backup answers.")])
         .await
         .expect("fake");
-    let s = setup(
+    let mut s = setup(
         vec![provider(&silent, "main"), provider(&backup, "backup-model")],
         90,
     )
@@ -508,7 +514,7 @@ async fn a_silent_model_hands_over_to_the_fallback_after_three_nudges() {
     let (events, on_event) = recorder();
     let outcome = s
         .agent
-        .run_turn(&s.input, &on_event, &CancellationToken::new())
+        .run_turn(&mut s.state, USER, &on_event, &CancellationToken::new())
         .await
         .expect("turn");
     assert_eq!(outcome.text, "The backup answers.");
@@ -530,7 +536,7 @@ async fn a_silent_model_hands_over_to_the_fallback_after_three_nudges() {
     let stored = s
         .agent
         .store
-        .messages(&s.input.session_id)
+        .messages(&s.state.session_id)
         .await
         .expect("messages");
     let bodies: Vec<_> = stored

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use agent_core::agent::PromptBuilder;
+use agent_core::agent::{ConversationState, PromptBuilder};
 use agent_core::llm::openai::{OpenAiConfig, OpenAiProvider};
 use agent_core::llm::{ModelSpec, Prices};
 use agent_core::store::SessionSpec;
@@ -46,13 +46,13 @@ async fn the_system_prompt_is_frozen_with_the_memory_of_session_start() {
     let mut s = setup(vec![provider(&fake, "main")], 90).await;
     let memory = Arc::new(MemoryStore::new(s.dir.path().join("memory")));
     s.agent.prompt = PromptBuilder::new("You are terse.").with_memory(memory.clone());
-    s.input.system_prompt = None;
-    let conv = s.input.conversation_id;
+    s.state.system_prompt = None;
+    let conv = s.state.conversation_id;
     remember(&memory, conv, "The user's cat is called Miso.").await;
 
     let cancel = CancellationToken::new();
     s.agent
-        .run_turn(&s.input, &|_| {}, &cancel)
+        .run_turn(&mut s.state, USER, &|_| {}, &cancel)
         .await
         .expect("turn 1");
     let first = system_sent(&fake, 0);
@@ -62,14 +62,14 @@ async fn the_system_prompt_is_frozen_with_the_memory_of_session_start() {
     // Memory written mid-session does not change this session's prompt: byte-identical.
     remember(&memory, conv, "The user prefers metric units.").await;
     s.agent
-        .run_turn(&s.input, &|_| {}, &cancel)
+        .run_turn(&mut s.state, USER, &|_| {}, &cancel)
         .await
         .expect("turn 2");
     assert_eq!(system_sent(&fake, 1), first);
     let row = s
         .agent
         .store
-        .session(&s.input.session_id)
+        .session(&s.state.session_id)
         .await
         .expect("load")
         .expect("exists");
@@ -82,9 +82,10 @@ async fn the_system_prompt_is_frozen_with_the_memory_of_session_start() {
         .start_session(conv, &SessionSpec::default())
         .await
         .expect("session");
-    s.input.session_id = next.id;
+    // A new session is a new state (the actor starts one on /new, resume or rotation).
+    s.state = ConversationState::new(conv, next.id);
     s.agent
-        .run_turn(&s.input, &|_| {}, &cancel)
+        .run_turn(&mut s.state, USER, &|_| {}, &cancel)
         .await
         .expect("turn 3");
     let third = system_sent(&fake, 2);
@@ -118,7 +119,7 @@ async fn cost_is_estimated_at_the_prices_of_the_provider_that_answered() {
         };
         Arc::new(OpenAiProvider::new(config).expect("client")) as Arc<dyn ChatProvider>
     };
-    let s = setup(
+    let mut s = setup(
         vec![
             priced(&main, "main", 1_000.0, 1_000.0),
             priced(&backup, "backup", 2.0, 10.0),
@@ -127,13 +128,13 @@ async fn cost_is_estimated_at_the_prices_of_the_provider_that_answered() {
     )
     .await;
     s.agent
-        .run_turn(&s.input, &|_| {}, &CancellationToken::new())
+        .run_turn(&mut s.state, USER, &|_| {}, &CancellationToken::new())
         .await
         .expect("turn");
     let row = s
         .agent
         .store
-        .session(&s.input.session_id)
+        .session(&s.state.session_id)
         .await
         .expect("load")
         .expect("exists");
@@ -154,10 +155,10 @@ async fn cost_is_estimated_at_the_prices_of_the_provider_that_answered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_usage_the_context_size_is_estimated() {
     let fake = FakeOpenAi::start([Reply::text("ok")]).await.expect("fake");
-    let s = setup(vec![provider(&fake, "main")], 90).await;
+    let mut s = setup(vec![provider(&fake, "main")], 90).await;
     let outcome = s
         .agent
-        .run_turn(&s.input, &|_| {}, &CancellationToken::new())
+        .run_turn(&mut s.state, USER, &|_| {}, &CancellationToken::new())
         .await
         .expect("turn");
     assert!(outcome.context_estimated);

@@ -120,6 +120,7 @@ contract!(
     conversations_are_created_once_per_key,
     sessions_start_with_documented_ids_and_source,
     system_prompt_is_frozen_once,
+    session_locks_exclude_other_holders_until_they_expire,
     appended_messages_round_trip_with_counters,
     append_to_unknown_session_writes_nothing,
     first_end_reason_wins,

@@ -82,6 +82,42 @@ pub(crate) async fn system_prompt_is_frozen_once(store: Arc<dyn SessionStore>) {
     ));
 }
 
+pub(crate) async fn session_locks_exclude_other_holders_until_they_expire(
+    store: Arc<dyn SessionStore>,
+) {
+    let (_, sid) = started(&store, "api:locks").await;
+    let long = std::time::Duration::from_secs(600);
+    assert!(store.try_lock_session(&sid, "a", long).await.expect("lock"));
+    assert!(
+        !store.try_lock_session(&sid, "b", long).await.expect("lock"),
+        "held by a"
+    );
+    assert!(
+        store
+            .try_lock_session(&sid, "a", long)
+            .await
+            .expect("relock"),
+        "a may renew"
+    );
+    store.unlock_session(&sid, "b").await.expect("unlock");
+    assert!(
+        !store.try_lock_session(&sid, "b", long).await.expect("lock"),
+        "b cannot release a's lease"
+    );
+    store.unlock_session(&sid, "a").await.expect("unlock");
+    assert!(
+        store
+            .try_lock_session(&sid, "b", std::time::Duration::from_millis(1))
+            .await
+            .expect("lock")
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    assert!(
+        store.try_lock_session(&sid, "a", long).await.expect("lock"),
+        "an expired lease is taken over"
+    );
+}
+
 pub(crate) async fn appended_messages_round_trip_with_counters(store: Arc<dyn SessionStore>) {
     let (_, sid) = started(&store, "api:alice").await;
     let mut call = NewMessage::text(Role::Assistant, "");
