@@ -310,3 +310,114 @@ async fn a_tool_call_round_trip_through_the_loop() {
         outcome.text
     );
 }
+
+/// Context-overflow recovery through the loop against the real server: the session no longer
+/// fits llama.cpp's 512-token window, the server refuses with its own error, and the loop
+/// lowers the window to the parsed `n_ctx`, compresses (the summary request itself does not
+/// fit, so the honest fallback digest stands in), moves to the new session and retries; the
+/// model then answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_overflow_is_compressed_and_retried_through_the_loop() {
+    use std::sync::{Arc, Mutex};
+
+    use agent_core::agent::{Agent, ConversationState, PromptBuilder, TurnConfig, TurnEvent};
+    use agent_core::compress::{CompressionSettings, Compressor};
+    use agent_core::llm::ChatProvider;
+    use agent_core::redact::Redactor;
+    use agent_core::store::{NewConversation, NewMessage, SessionSpec, SessionStore, SqliteStore};
+    use agent_core::tools::ToolRegistry;
+
+    let Some(llama) = llama(512).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let store: Arc<dyn SessionStore> = Arc::new(
+        SqliteStore::open(dir.path().join("s.db"))
+            .await
+            .expect("open"),
+    );
+    let c = store
+        .conversation(&NewConversation::new("api:llama-overflow", "api"))
+        .await
+        .expect("conv");
+    let s = store
+        .start_session(c.id, &SessionSpec::default())
+        .await
+        .expect("session");
+    let story =
+        "The lighthouse keeper counted the ships every night and wrote their names in a book. "
+            .repeat(18);
+    store
+        .append_messages(
+            &s.id,
+            &[
+                NewMessage::text(Role::User, "Hi."),
+                NewMessage::text(Role::Assistant, "Hello."),
+                NewMessage::text(Role::User, "Tell me a story."),
+                NewMessage::text(Role::Assistant, story.clone()),
+                NewMessage::text(Role::User, "Another one."),
+                NewMessage::text(Role::Assistant, story),
+                NewMessage::text(Role::User, "Thanks."),
+                NewMessage::text(Role::Assistant, "You are welcome."),
+            ],
+        )
+        .await
+        .expect("seed");
+    let main: Arc<dyn ChatProvider> = Arc::new(provider(&llama));
+    let agent = Agent {
+        providers: vec![main.clone()],
+        tools: ToolRegistry::new(),
+        store: store.clone(),
+        prompt: PromptBuilder::new("You are a helpful assistant."),
+        compressor: Some(Arc::new(Compressor::new(
+            CompressionSettings::default(),
+            None,
+            main,
+            Arc::new(Redactor::default()),
+        ))),
+        todo: None,
+        config: TurnConfig {
+            max_tokens: 32,
+            temperature: Some(0.0),
+            memory_flush: false,
+            ..TurnConfig::default()
+        },
+    };
+    let mut state = ConversationState::new(c.id, s.id.clone());
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let sink = reports.clone();
+    let on_event = move |e: TurnEvent| {
+        if let TurnEvent::Compressed(r) = e {
+            sink.lock().expect("lock").push(r);
+        }
+    };
+    let outcome = agent
+        .run_turn(
+            &mut state,
+            "Say hello.",
+            &on_event,
+            &CancellationToken::new(),
+        )
+        .await
+        .expect("the turn recovers");
+    assert!(!outcome.text.trim().is_empty(), "{outcome:?}");
+    assert!(outcome.compressions >= 1);
+    assert_eq!(
+        state.context.context_length,
+        Some(512),
+        "lowered to llama.cpp's n_ctx"
+    );
+    let first = reports.lock().expect("lock")[0].clone();
+    assert!(first.fallback, "the summary did not fit either: {first:?}");
+    assert_ne!(state.session_id, s.id);
+    let new = store
+        .session(&state.session_id)
+        .await
+        .expect("load")
+        .expect("exists");
+    assert_eq!(new.parent_session_id.as_deref(), Some(s.id.as_str()));
+    assert!(
+        !outcome.context_estimated && outcome.context_tokens < 512,
+        "the real prompt now fits: {outcome:?}"
+    );
+}

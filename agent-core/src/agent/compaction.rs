@@ -242,6 +242,7 @@ impl Turn<'_> {
             .compress(
                 messages,
                 self.context_length(),
+                !trigger.automatic(),
                 focus,
                 todo_note.as_deref(),
                 self.cancel,

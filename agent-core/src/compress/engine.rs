@@ -73,22 +73,26 @@ impl Compressor {
 
     /// Compresses `messages` for a window of `context_length` tokens. `None` when there is
     /// nothing to summarise or the result would not be smaller. `note` (the todo list) is
-    /// appended to the summary. Only a cancel fails it: model failures become the fallback
-    /// digest.
+    /// appended to the summary. `forced` (an overflow or `/compress`, not the threshold) sizes
+    /// the tail by the messages themselves when they are smaller than the threshold, so a
+    /// request the provider refused still gets smaller. Only a cancel fails it: model
+    /// failures become the fallback digest.
     pub async fn compress(
         &self,
         messages: &[ChatMessage],
         context_length: u64,
+        forced: bool,
         focus: Option<&str>,
         note: Option<&str>,
         cancel: &CancellationToken,
     ) -> Result<Option<Compacted>, LlmError> {
         let before_tokens = estimate::messages(messages);
-        let cut = boundary::find(
-            messages,
-            self.settings.protect_first_n,
-            self.settings.tail_budget(context_length),
-        );
+        let mut tail_budget = self.settings.tail_budget(context_length);
+        if forced {
+            let by_size = (before_tokens as f64 * self.settings.summary_target_ratio) as u64;
+            tail_budget = tail_budget.min(by_size);
+        }
+        let cut = boundary::find(messages, self.settings.protect_first_n, tail_budget);
         if cut.is_empty() {
             return Ok(None);
         }
@@ -100,6 +104,10 @@ impl Compressor {
 
         // The previous summary is updated, not summarised again as if it were conversation.
         let previous = take_summary(&mut middle).or_else(|| take_summary(&mut head));
+        if middle.is_empty() {
+            // Only the previous summary sits between head and tail: nothing new to fold in.
+            return Ok(None);
+        }
         let budget = summary::budget(estimate::messages(&middle), context_length);
         let (mut text, fallback_reason) = match self
             .summarise(&middle, previous.as_deref(), focus, budget, cancel)

@@ -4,7 +4,9 @@
 //!
 //! - [`session`]: what a turn leaves on the session row: frozen prompt, cost, context size.
 //! - [`interrupt`]: cancellation while streaming and inside tools.
+//! - [`compaction`]: compression inside the loop (overflow, preflight, threshold, pausing).
 
+mod compaction;
 mod interrupt;
 mod session;
 

@@ -3,9 +3,11 @@
 //! main model, cooldown, the honest fallback digest, redaction before and after.
 //!
 //! - [`shapes`]: the table of transcripts.
+//! - [`lineage`]: five compressions through the loop.
 //! - [`properties`]: random transcripts.
 //! - [`summariser`]: the summary calls.
 
+mod lineage;
 mod properties;
 mod shapes;
 mod summariser;

@@ -204,7 +204,7 @@ proptest! {
         let model = Model::with("main", move |_| Ok(summary.clone()));
         let out = runtime.block_on(
             compressor(settings(protect_first_n, tail), model)
-                .compress(&input, CONTEXT, None, None, &CancellationToken::new()),
+                .compress(&input, CONTEXT, false, None, None, &CancellationToken::new()),
         ).expect("not cancelled");
         if let Some(out) = out
             && let Err(why) = check(&input, &out.messages)
@@ -233,6 +233,7 @@ fn the_generator_produces_compressible_transcripts() {
             compressor(settings(3, 100), Model::answering("main", "short")).compress(
                 &input,
                 CONTEXT,
+                false,
                 None,
                 None,
                 &CancellationToken::new(),

@@ -14,7 +14,14 @@ async fn run(
 ) -> (Option<agent_core::compress::Compacted>, Arc<Model>) {
     let model = Model::answering("main", "Everything so far: the user is testing.");
     let out = compressor(settings(protect_first_n, tail), model.clone())
-        .compress(messages, CONTEXT, None, None, &CancellationToken::new())
+        .compress(
+            messages,
+            CONTEXT,
+            false,
+            None,
+            None,
+            &CancellationToken::new(),
+        )
         .await
         .expect("not cancelled");
     (out, model)

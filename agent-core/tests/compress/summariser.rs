@@ -25,10 +25,17 @@ async fn compress_with(
     messages: &[ChatMessage],
     focus: Option<&str>,
 ) -> agent_core::compress::Compacted {
-    c.compress(messages, CONTEXT, focus, None, &CancellationToken::new())
-        .await
-        .expect("not cancelled")
-        .expect("compressed")
+    c.compress(
+        messages,
+        CONTEXT,
+        false,
+        focus,
+        None,
+        &CancellationToken::new(),
+    )
+    .await
+    .expect("not cancelled")
+    .expect("compressed")
 }
 
 #[test]
