@@ -5,6 +5,7 @@
 //! here on `127.0.0.1:0`.
 //!
 //! # Layout
+//! - [`agent`]: the agent (providers, tools, prompt, compression) from configuration.
 //! - [`cli`]: the command line and what each subcommand does.
 //! - [`config`]: configuration loading (defaults < file < environment), strict.
 //! - [`logging`]: `tracing` set-up with redaction at the sink.
@@ -14,6 +15,7 @@
 //! - [`doctor`]: `iris doctor`'s checks.
 //! - [`sessions`]: `iris sessions list|show|search`.
 
+pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod doctor;

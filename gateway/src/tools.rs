@@ -20,6 +20,8 @@ pub struct Tools {
     pub registry: ToolRegistry,
     /// The memory the system prompt snapshots (when the tool is on).
     pub memory: Option<Arc<MemoryStore>>,
+    /// The todo list compression carries to the next session (when the tool is on).
+    pub todo: Option<Arc<Todo>>,
     /// MCP servers left out, one line each (also logged).
     pub problems: Vec<String>,
 }
@@ -31,8 +33,9 @@ pub async fn build(loaded: &Loaded, store: Arc<dyn SessionStore>) -> Tools {
     if config.clock {
         registry.register(Arc::new(Clock));
     }
-    if config.todo {
-        registry.register(Arc::new(Todo::default()));
+    let todo = config.todo.then(|| Arc::new(Todo::default()));
+    if let Some(todo) = &todo {
+        registry.register(todo.clone());
     }
     let memory = config
         .memory
@@ -64,6 +67,7 @@ pub async fn build(loaded: &Loaded, store: Arc<dyn SessionStore>) -> Tools {
     Tools {
         registry,
         memory,
+        todo,
         problems,
     }
 }

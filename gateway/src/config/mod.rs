@@ -167,6 +167,9 @@ pub struct CompressionConfig {
     pub protect_first_n: u32,
     /// Share of the threshold kept verbatim as the recent tail.
     pub summary_target_ratio: f64,
+    /// Before compressing, let the model save what it wants to keep with the memory tool
+    /// (one extra model call per compression).
+    pub memory_flush: bool,
     /// The model that writes summaries; defaults to the main model.
     pub model: Option<LlmConfig>,
 }
@@ -179,6 +182,7 @@ impl Default for CompressionConfig {
             min_threshold_tokens: 64_000,
             protect_first_n: 3,
             summary_target_ratio: 0.20,
+            memory_flush: true,
             model: None,
         }
     }
@@ -204,6 +208,8 @@ pub struct AgentConfig {
     pub busy_mode: BusyMode,
     /// The system prompt of new sessions.
     pub system_prompt: String,
+    /// The longest a turn may take, retries included.
+    pub turn_timeout_secs: u64,
 }
 
 impl Default for AgentConfig {
@@ -212,6 +218,7 @@ impl Default for AgentConfig {
             max_iterations: 90,
             busy_mode: BusyMode::Queue,
             system_prompt: "You are a helpful assistant.".into(),
+            turn_timeout_secs: 900,
         }
     }
 }
@@ -596,6 +603,9 @@ fn validate(config: &Config) -> Result<()> {
         );
     }
     tools::validate(&config.tools, &config.mcp)?;
+    if config.agent.max_iterations == 0 || config.agent.turn_timeout_secs == 0 {
+        bail!("agent.max_iterations and agent.turn_timeout_secs must be at least 1");
+    }
     for (name, route) in &config.webhook.routes {
         if route.token_env.is_none() && route.secret_env.is_none() {
             bail!("webhook.routes.{name} needs token_env or secret_env (routes never run open)");
