@@ -378,3 +378,57 @@ async fn session_search_stays_inside_the_lineage_or_conversation() {
             .is_error
     );
 }
+
+/// Prints whatever it is given, as a `cat` of a config file would.
+struct Echo;
+
+#[async_trait::async_trait]
+impl Tool for Echo {
+    fn name(&self) -> &str {
+        "echo"
+    }
+    fn description(&self) -> &str {
+        "echoes"
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object"})
+    }
+    async fn call(&self, args: Value, _: &ToolContext, _: &CancellationToken) -> ToolOutput {
+        ToolOutput::ok(args["text"].as_str().unwrap_or_default())
+    }
+}
+
+#[tokio::test]
+async fn tool_outputs_are_redacted_before_anyone_sees_them() {
+    let call = |r: ToolRegistry, text: &'static str| async move {
+        r.call(
+            "echo",
+            &json!({ "text": text }).to_string(),
+            &ctx("s"),
+            Duration::from_secs(5),
+            &CancellationToken::new(),
+        )
+        .await
+        .content
+    };
+    let mut plain = ToolRegistry::new();
+    plain.register(Arc::new(Echo));
+    let out = call(
+        plain.clone(),
+        "OPENAI_API_KEY=sk-proj-AAAAAAAAAAAAAAAAAAAAAAAAAAAA1234\nDEBUG=true",
+    )
+    .await;
+    assert!(!out.contains("AAAAAAAAAAAAAAAAAAAA"), "{out}");
+    assert!(out.ends_with("DEBUG=true"), "the rest is kept: {out}");
+    assert_eq!(
+        call(plain.clone(), "nothing secret here").await,
+        "nothing secret here"
+    );
+
+    // A deployment's own secrets are masked whatever their shape.
+    let known = plain.with_redactor(Arc::new(agent_core::redact::Redactor::with_secrets([
+        "correct horse battery staple",
+    ])));
+    let out = call(known, "the phrase is correct horse battery staple").await;
+    assert!(!out.contains("battery staple"), "{out}");
+}

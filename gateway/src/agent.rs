@@ -31,7 +31,7 @@ pub async fn build(
         .first()
         .cloned()
         .context("no model provider configured")?;
-    let tools = crate::tools::build(loaded, store.clone()).await;
+    let tools = crate::tools::build(loaded, store.clone(), redactor.clone()).await;
     let mut prompt = PromptBuilder::new(&config.agent.system_prompt);
     if let Some(memory) = &tools.memory {
         prompt = prompt.with_memory(memory.clone());

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_core::redact::Redactor;
 use agent_core::store::SessionStore;
 use agent_core::tools::ToolRegistry;
 use agent_core::tools::clock::Clock;
@@ -26,10 +27,15 @@ pub struct Tools {
     pub problems: Vec<String>,
 }
 
-/// Builds every configured tool; MCP servers are connected now.
-pub async fn build(loaded: &Loaded, store: Arc<dyn SessionStore>) -> Tools {
+/// Builds every configured tool; MCP servers are connected now. Outputs are redacted with
+/// `redactor` (which knows the deployment's own secrets).
+pub async fn build(
+    loaded: &Loaded,
+    store: Arc<dyn SessionStore>,
+    redactor: Arc<Redactor>,
+) -> Tools {
     let config = &loaded.config.tools;
-    let mut registry = ToolRegistry::new();
+    let mut registry = ToolRegistry::new().with_redactor(redactor);
     if config.clock {
         registry.register(Arc::new(Clock));
     }

@@ -410,7 +410,12 @@ async fn tools_are_built_from_config_with_mcp_servers() {
             .await
             .expect("store"),
     );
-    let tools = gateway::tools::build(&loaded, store).await;
+    let tools = gateway::tools::build(
+        &loaded,
+        store,
+        std::sync::Arc::new(agent_core::redact::Redactor::default()),
+    )
+    .await;
     let names: Vec<String> = tools
         .registry
         .schemas()

@@ -3,7 +3,9 @@
 //!
 //! A tool call never fails the turn: unknown tools, invalid JSON arguments, errors, timeouts
 //! and cancellation all become a [`ToolOutput`] the model reads (marked as an error), so the
-//! loop can always answer every call it was given.
+//! loop can always answer every call it was given. Every output is redacted before anyone sees
+//! it: a tool that prints a key (a config file, an environment dump) never puts it in the
+//! transcript, the store or the next request.
 //!
 //! # Layout
 //! - [`clock`]: the current time (UTC, or a fixed offset).
@@ -26,6 +28,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::llm::ToolSchema;
+use crate::redact::Redactor;
 
 /// What a tool knows about the call it serves.
 #[derive(Debug, Clone)]
@@ -76,11 +79,19 @@ pub trait Tool: Send + Sync {
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn Tool>>,
+    redactor: Arc<Redactor>,
 }
 
 impl ToolRegistry {
+    /// A registry redacting outputs by the pattern rules only.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Redacts outputs with `redactor` (which also knows the deployment's own secrets).
+    pub fn with_redactor(mut self, redactor: Arc<Redactor>) -> Self {
+        self.redactor = redactor;
+        self
     }
 
     /// Adds a tool; a later tool with the same name replaces the earlier one.
@@ -100,8 +111,24 @@ impl ToolRegistry {
             .collect()
     }
 
-    /// Runs one call as the model made it, bounded by `timeout` and `cancel`.
+    /// Runs one call as the model made it, bounded by `timeout` and `cancel`; the output comes
+    /// back redacted.
     pub async fn call(
+        &self,
+        name: &str,
+        arguments: &str,
+        ctx: &ToolContext,
+        timeout: Duration,
+        cancel: &CancellationToken,
+    ) -> ToolOutput {
+        let mut output = self.call_raw(name, arguments, ctx, timeout, cancel).await;
+        if let std::borrow::Cow::Owned(clean) = self.redactor.redact(&output.content) {
+            output.content = clean;
+        }
+        output
+    }
+
+    async fn call_raw(
         &self,
         name: &str,
         arguments: &str,

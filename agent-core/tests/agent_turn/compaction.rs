@@ -480,6 +480,11 @@ async fn ineffective_compressions_pause_until_compress_is_asked_for() {
         .expect("compress")
         .expect("compressed");
     assert_eq!(report.trigger, Trigger::Manual);
+    assert!(
+        s.state.context.estimated && s.state.context.tokens > 10_000,
+        "the new size is an estimate until real usage arrives: {:?}",
+        s.state.context
+    );
     assert_eq!(
         s.state.context.ineffective, 0,
         "/compress resumes automatic compression"
@@ -595,4 +600,47 @@ async fn compression_flushes_memory_rebuilds_the_prompt_and_carries_the_todo_lis
                 .all(|m| m.body.tool_name.as_deref() != Some("memory"))
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_another_process_is_compressing_is_left_alone() {
+    let fake = FakeOpenAi::start([Reply::error(
+        400,
+        r#"{"error":{"message":"This model's maximum context length is 1000 tokens.","code":"context_length_exceeded"}}"#,
+    )])
+    .await
+    .expect("fake");
+    let mut s = setup(vec![provider(&fake, "main")], 90).await;
+    compress_with(&mut s, CompressionSettings::default());
+    seed(&s, 6, 1_000, "fact").await;
+    let old = s.state.session_id.clone();
+    assert!(
+        s.agent
+            .store
+            .try_lock_session(&old, "another-process", Duration::from_secs(600))
+            .await
+            .expect("lock")
+    );
+    let err = s
+        .agent
+        .run_turn(&mut s.state, USER, &|_| {}, &CancellationToken::new())
+        .await
+        .expect_err("cannot compress");
+    assert!(
+        matches!(err, TurnError::Model(ref e) if e.class == ErrorClass::ContextOverflow),
+        "{err:?}"
+    );
+    assert_eq!(
+        s.state.session_id, old,
+        "not rotated under another holder's lease"
+    );
+    assert_eq!(fake.requests().len(), 1, "no summary call");
+    let session = s
+        .agent
+        .store
+        .session(&old)
+        .await
+        .expect("load")
+        .expect("exists");
+    assert!(session.ended_at.is_none());
 }
