@@ -5,6 +5,8 @@
 //! (scripts/llm-install.sh; scripts/test.sh sets them when installed). Without them the tests
 //! say they are skipped, unless `IRIS_TEST_REQUIRE_LLAMA=true` (CI), where that fails.
 
+mod common;
+
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -213,7 +215,7 @@ async fn a_tool_call_round_trip_through_the_loop() {
     use std::sync::Arc;
 
     use agent_core::agent::{Agent, ConversationState, PromptBuilder, TurnConfig};
-    use agent_core::store::{NewConversation, NewMessage, SessionSpec, SessionStore, SqliteStore};
+    use agent_core::store::NewMessage;
     use agent_core::tools::ToolRegistry;
 
     let template = tools_template();
@@ -221,20 +223,8 @@ async fn a_tool_call_round_trip_through_the_loop() {
     else {
         return;
     };
-    let dir = tempfile::tempdir().expect("dir");
-    let store: Arc<dyn SessionStore> = Arc::new(
-        SqliteStore::open(dir.path().join("s.db"))
-            .await
-            .expect("open"),
-    );
-    let c = store
-        .conversation(&NewConversation::new("api:llama", "api"))
-        .await
-        .expect("conv");
-    let s = store
-        .start_session(c.id, &SessionSpec::default())
-        .await
-        .expect("session");
+    let fresh = common::fresh_session("api:llama").await;
+    let (store, session_id) = (fresh.store.clone(), fresh.session_id.clone());
     let mut call = NewMessage::text(Role::Assistant, "");
     call.content = None;
     call.tool_calls = Some(serde_json::json!([{"id": "a1", "name": "clock", "arguments": "{}"}]));
@@ -243,7 +233,7 @@ async fn a_tool_call_round_trip_through_the_loop() {
     result.tool_name = Some("clock".into());
     store
         .append_messages(
-            &s.id,
+            &session_id,
             &[
                 NewMessage::text(Role::User, "Use the clock tool."),
                 call,
@@ -269,7 +259,7 @@ async fn a_tool_call_round_trip_through_the_loop() {
             ..TurnConfig::default()
         },
     };
-    let mut state = ConversationState::new(c.id, s.id.clone());
+    let mut state = ConversationState::new(fresh.conversation_id, session_id.clone());
     let outcome = agent
         .run_turn(
             &mut state,
@@ -279,7 +269,7 @@ async fn a_tool_call_round_trip_through_the_loop() {
         )
         .await
         .expect("turn");
-    let stored = store.messages(&s.id).await.expect("messages");
+    let stored = store.messages(&session_id).await.expect("messages");
     let new: Vec<_> = stored[4..]
         .iter()
         .map(|m| {
@@ -324,32 +314,20 @@ async fn a_context_overflow_is_compressed_and_retried_through_the_loop() {
     use agent_core::compress::{CompressionSettings, Compressor};
     use agent_core::llm::ChatProvider;
     use agent_core::redact::Redactor;
-    use agent_core::store::{NewConversation, NewMessage, SessionSpec, SessionStore, SqliteStore};
+    use agent_core::store::NewMessage;
     use agent_core::tools::ToolRegistry;
 
     let Some(llama) = llama(512).await else {
         return;
     };
-    let dir = tempfile::tempdir().expect("dir");
-    let store: Arc<dyn SessionStore> = Arc::new(
-        SqliteStore::open(dir.path().join("s.db"))
-            .await
-            .expect("open"),
-    );
-    let c = store
-        .conversation(&NewConversation::new("api:llama-overflow", "api"))
-        .await
-        .expect("conv");
-    let s = store
-        .start_session(c.id, &SessionSpec::default())
-        .await
-        .expect("session");
+    let fresh = common::fresh_session("api:llama-overflow").await;
+    let (store, session_id) = (fresh.store.clone(), fresh.session_id.clone());
     let story =
         "The lighthouse keeper counted the ships every night and wrote their names in a book. "
             .repeat(18);
     store
         .append_messages(
-            &s.id,
+            &session_id,
             &[
                 NewMessage::text(Role::User, "Hi."),
                 NewMessage::text(Role::Assistant, "Hello."),
@@ -383,7 +361,7 @@ async fn a_context_overflow_is_compressed_and_retried_through_the_loop() {
             ..TurnConfig::default()
         },
     };
-    let mut state = ConversationState::new(c.id, s.id.clone());
+    let mut state = ConversationState::new(fresh.conversation_id, session_id.clone());
     let reports = Arc::new(Mutex::new(Vec::new()));
     let sink = reports.clone();
     let on_event = move |e: TurnEvent| {
@@ -409,13 +387,13 @@ async fn a_context_overflow_is_compressed_and_retried_through_the_loop() {
     );
     let first = reports.lock().expect("lock")[0].clone();
     assert!(first.fallback, "the summary did not fit either: {first:?}");
-    assert_ne!(state.session_id, s.id);
+    assert_ne!(state.session_id, session_id);
     let new = store
         .session(&state.session_id)
         .await
         .expect("load")
         .expect("exists");
-    assert_eq!(new.parent_session_id.as_deref(), Some(s.id.as_str()));
+    assert_eq!(new.parent_session_id.as_deref(), Some(session_id.as_str()));
     assert!(
         !outcome.context_estimated && outcome.context_tokens < 512,
         "the real prompt now fits: {outcome:?}"

@@ -3,6 +3,8 @@
 //! streamable HTTP (bearer token), results rendered for the model, a server that cannot start
 //! left out, and a whole turn calling a remote tool.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +13,7 @@ use agent_core::agent::retry::RetryPolicy;
 use agent_core::agent::{Agent, ConversationState, PromptBuilder, TurnConfig};
 use agent_core::llm::ChatProvider;
 use agent_core::llm::openai::{OpenAiConfig, OpenAiProvider};
-use agent_core::store::{NewConversation, Role, SessionSpec, SessionStore, SqliteStore};
+use agent_core::store::Role;
 use agent_core::tools::mcp::{McpError, McpServer, McpServerConfig, McpTransport, connect_all};
 use agent_core::tools::{ToolContext, ToolRegistry};
 use serde_json::json;
@@ -260,20 +262,8 @@ async fn a_turn_calls_a_remote_tool_and_answers_from_its_result() {
     ])
     .await
     .expect("fake");
-    let dir = tempfile::tempdir().expect("dir");
-    let store: Arc<dyn SessionStore> = Arc::new(
-        SqliteStore::open(dir.path().join("s.db"))
-            .await
-            .expect("open"),
-    );
-    let c = store
-        .conversation(&NewConversation::new("api:mcp", "api"))
-        .await
-        .expect("conv");
-    let s = store
-        .start_session(c.id, &SessionSpec::default())
-        .await
-        .expect("session");
+    let fresh = common::fresh_session("api:mcp").await;
+    let store = fresh.store.clone();
     let (tools, errors) = connect_all(&[stdio("fix", &[])]).await;
     assert!(errors.is_empty(), "{errors:?}");
     let mut registry = ToolRegistry::new();
@@ -298,7 +288,7 @@ async fn a_turn_calls_a_remote_tool_and_answers_from_its_result() {
             ..TurnConfig::default()
         },
     };
-    let mut state = ConversationState::new(c.id, s.id.clone());
+    let mut state = ConversationState::new(fresh.conversation_id, fresh.session_id.clone());
     let outcome = agent
         .run_turn(
             &mut state,
@@ -309,7 +299,7 @@ async fn a_turn_calls_a_remote_tool_and_answers_from_its_result() {
         .await
         .expect("turn");
     assert_eq!(outcome.text, "19 + 23 = 42");
-    let stored = store.messages(&s.id).await.expect("messages");
+    let stored = store.messages(&fresh.session_id).await.expect("messages");
     let result = stored
         .iter()
         .find(|m| m.body.role == Role::Tool)

@@ -49,28 +49,28 @@ async fn seed(s: &Setup, pairs: usize, chars: usize, fact: &str) {
         .expect("seed");
 }
 
-fn reports(events: &Mutex<Vec<TurnEvent>>) -> Vec<CompressionReport> {
+/// The events `pick` selects, in order.
+fn picked<T>(events: &Mutex<Vec<TurnEvent>>, pick: impl Fn(&TurnEvent) -> Option<T>) -> Vec<T> {
     events
         .lock()
         .expect("lock")
         .iter()
-        .filter_map(|e| match e {
-            TurnEvent::Compressed(r) => Some(r.clone()),
-            _ => None,
-        })
+        .filter_map(pick)
         .collect()
 }
 
+fn reports(events: &Mutex<Vec<TurnEvent>>) -> Vec<CompressionReport> {
+    picked(events, |e| match e {
+        TurnEvent::Compressed(r) => Some(r.clone()),
+        _ => None,
+    })
+}
+
 fn warnings(events: &Mutex<Vec<TurnEvent>>) -> Vec<String> {
-    events
-        .lock()
-        .expect("lock")
-        .iter()
-        .filter_map(|e| match e {
-            TurnEvent::Warning(w) => Some(w.clone()),
-            _ => None,
-        })
-        .collect()
+    picked(events, |e| match e {
+        TurnEvent::Warning(w) => Some(w.clone()),
+        _ => None,
+    })
 }
 
 fn message_count(body: &serde_json::Value) -> usize {

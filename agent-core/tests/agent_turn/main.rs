@@ -6,6 +6,8 @@
 //! - [`interrupt`]: cancellation while streaming and inside tools.
 //! - [`compaction`]: compression inside the loop (overflow, preflight, threshold, pausing).
 
+#[path = "../common/mod.rs"]
+mod common;
 mod compaction;
 mod interrupt;
 mod session;
@@ -19,7 +21,7 @@ use agent_core::agent::{
 };
 use agent_core::llm::openai::{OpenAiConfig, OpenAiProvider};
 use agent_core::llm::{ChatProvider, ErrorClass};
-use agent_core::store::{NewConversation, Role, SessionSpec, SessionStore, SqliteStore};
+use agent_core::store::Role;
 use agent_core::tools::ToolRegistry;
 use agent_core::tools::clock::Clock;
 use agent_core::tools::todo::Todo;
@@ -43,20 +45,12 @@ pub(crate) fn provider(fake: &FakeOpenAi, model: &str) -> Arc<dyn ChatProvider> 
 }
 
 pub(crate) async fn setup(providers: Vec<Arc<dyn ChatProvider>>, max_iterations: u32) -> Setup {
-    let dir = tempfile::tempdir().expect("dir");
-    let store: Arc<dyn SessionStore> = Arc::new(
-        SqliteStore::open(dir.path().join("s.db"))
-            .await
-            .expect("open"),
-    );
-    let c = store
-        .conversation(&NewConversation::new("api:turn", "api"))
-        .await
-        .expect("conv");
-    let s = store
-        .start_session(c.id, &SessionSpec::default())
-        .await
-        .expect("session");
+    let common::Fresh {
+        dir,
+        store,
+        conversation_id,
+        session_id,
+    } = common::fresh_session("api:turn").await;
     let mut tools = ToolRegistry::new();
     tools.register(Arc::new(Clock));
     tools.register(Arc::new(Todo::default()));
@@ -86,7 +80,7 @@ pub(crate) async fn setup(providers: Vec<Arc<dyn ChatProvider>>, max_iterations:
         },
         state: ConversationState {
             system_prompt: Some("You are terse.".into()),
-            ..ConversationState::new(c.id, s.id)
+            ..ConversationState::new(conversation_id, session_id)
         },
         dir,
     }

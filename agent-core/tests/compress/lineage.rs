@@ -4,7 +4,7 @@
 //! the first message and resolves it to the lineage root.
 
 use agent_core::agent::{Agent, ConversationState, PromptBuilder, TurnConfig, TurnEvent};
-use agent_core::store::{NewConversation, SearchQuery, SessionSpec, SessionStore, SqliteStore};
+use agent_core::store::SearchQuery;
 use agent_core::tools::ToolRegistry;
 
 use super::*;
@@ -43,20 +43,8 @@ fn echo_summary(request: &ChatRequest) -> Result<String, LlmError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_turn_fact_survives_five_compressions() {
-    let dir = tempfile::tempdir().expect("dir");
-    let store: Arc<dyn SessionStore> = Arc::new(
-        SqliteStore::open(dir.path().join("s.db"))
-            .await
-            .expect("open"),
-    );
-    let conv = store
-        .conversation(&NewConversation::new("api:lineage", "api"))
-        .await
-        .expect("conv");
-    let first = store
-        .start_session(conv.id, &SessionSpec::default())
-        .await
-        .expect("session");
+    let fresh = super::common::fresh_session("api:lineage").await;
+    let (store, first_id) = (fresh.store.clone(), fresh.session_id.clone());
 
     let summariser = Model::with("small", echo_summary);
     let main = Arc::new(Model {
@@ -90,7 +78,7 @@ async fn a_first_turn_fact_survives_five_compressions() {
             ..TurnConfig::default()
         },
     };
-    let mut state = ConversationState::new(conv.id, first.id.clone());
+    let mut state = ConversationState::new(fresh.conversation_id, first_id.clone());
     let compressions = Mutex::new(0u32);
     let on_event = |e: TurnEvent| {
         if matches!(e, TurnEvent::Compressed(_)) {
@@ -135,7 +123,7 @@ async fn a_first_turn_fact_survives_five_compressions() {
     // Five rotations, each linked to the one before, back to the first session.
     let lineage = store.lineage(&state.session_id).await.expect("lineage");
     assert_eq!(lineage.len(), 6, "{lineage:?}");
-    assert_eq!(lineage[0].id, first.id);
+    assert_eq!(lineage[0].id, first_id);
     assert_eq!(lineage.last().map(|s| s.compression_count), Some(5));
     assert!(
         lineage[..5]
@@ -151,9 +139,9 @@ async fn a_first_turn_fact_survives_five_compressions() {
         })
         .await
         .expect("search");
-    assert!(hits.iter().any(|h| h.session_id == first.id), "{hits:?}");
+    assert!(hits.iter().any(|h| h.session_id == first_id), "{hits:?}");
     assert!(
-        hits.iter().all(|h| h.root_session_id == first.id),
+        hits.iter().all(|h| h.root_session_id == first_id),
         "{hits:?}"
     );
 }

@@ -7,6 +7,8 @@
 //! - [`properties`]: random transcripts.
 //! - [`summariser`]: the summary calls.
 
+#[path = "../common/mod.rs"]
+mod common;
 mod lineage;
 mod properties;
 mod shapes;
