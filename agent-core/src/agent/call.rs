@@ -81,7 +81,7 @@ impl Turn<'_> {
                 self.record_calls(failed.calls, None, from).await?;
                 if failed.error.class == ErrorClass::Cancelled {
                     let streamed = streamed.into_inner().unwrap_or_default();
-                    self.store_interrupted(&format!("{unsaved}{streamed}"))
+                    self.store_cut_text(&format!("{unsaved}{streamed}"), INTERRUPTED)
                         .await?;
                     return Err(TurnError::Cancelled);
                 }
@@ -90,12 +90,13 @@ impl Turn<'_> {
         }
     }
 
-    /// Stores text cut short by a cancel, so the transcript shows what the user saw.
-    async fn store_interrupted(&self, text: &str) -> Result<(), StoreError> {
+    /// Stores answer text cut short (by a cancel: `interrupted`; by moderation:
+    /// `content_filter`), so the transcript shows what the user saw.
+    pub(super) async fn store_cut_text(&self, text: &str, reason: &str) -> Result<(), StoreError> {
         if text.trim().is_empty() {
             return Ok(());
         }
-        let message = history::assistant(text, &[], Some(INTERRUPTED.to_owned()), None);
+        let message = history::assistant(text, &[], Some(reason.to_owned()), None);
         self.agent
             .store
             .append_messages(&self.state.session_id, &[message])

@@ -12,7 +12,7 @@ use super::history;
 use super::prompt::PromptBuilder;
 use super::retry::{RetryNotice, RetryPolicy};
 use crate::compress::Compressor;
-use crate::llm::{ChatMessage, ChatProvider, ChatRequest, LlmError};
+use crate::llm::{ChatMessage, ChatProvider, ChatRequest, FinishReason, LlmError};
 use crate::store::{NewMessage, Role, SessionStore, StoreError};
 use crate::tools::todo::Todo;
 use crate::tools::{ToolContext, ToolRegistry};
@@ -302,6 +302,12 @@ impl Turn<'_> {
             };
             self.provider = answered.provider;
             let response = answered.response;
+            if response.finish_reason == Some(FinishReason::ContentFilter) {
+                // Moderation: no retry, no nudge; what came before the filter is kept.
+                self.store_cut_text(&response.content, FinishReason::ContentFilter.as_str())
+                    .await?;
+                return Err(TurnError::Model(LlmError::content_filtered()));
+            }
             let calls = if last {
                 Vec::new()
             } else {

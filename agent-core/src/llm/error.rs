@@ -101,6 +101,17 @@ impl LlmError {
         }
     }
 
+    /// The provider answered but withheld the text (`finish_reason: content_filter`).
+    pub fn content_filtered() -> Self {
+        Self {
+            class: ErrorClass::ContentPolicy,
+            status: None,
+            message: "the provider's content filter withheld the answer".into(),
+            retry_after: None,
+            context_limit: None,
+        }
+    }
+
     /// The turn was cancelled while waiting for the model.
     pub fn cancelled() -> Self {
         Self {

@@ -5,10 +5,12 @@
 //! - [`session`]: what a turn leaves on the session row: frozen prompt, cost, context size.
 //! - [`interrupt`]: cancellation while streaming and inside tools.
 //! - [`compaction`]: compression inside the loop (overflow, preflight, threshold, pausing).
+//! - [`errors`]: the rest of the error table: retries, fallbacks, stops, the deadline.
 
 #[path = "../common/mod.rs"]
 mod common;
 mod compaction;
+mod errors;
 mod interrupt;
 mod session;
 
