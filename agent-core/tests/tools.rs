@@ -432,3 +432,46 @@ async fn tool_outputs_are_redacted_before_anyone_sees_them() {
     let out = call(known, "the phrase is correct horse battery staple").await;
     assert!(!out.contains("battery staple"), "{out}");
 }
+
+#[tokio::test]
+async fn durable_todo_lists_survive_a_restart_and_follow_compression() {
+    let dir = tempfile::tempdir().expect("dir");
+    let first = Todo::durable(dir.path());
+    for text in ["book flights", "pack"] {
+        let out = first
+            .call(
+                json!({"op": "add", "text": text}),
+                &ctx("20261130_120000_aaaaaa"),
+                &CancellationToken::new(),
+            )
+            .await;
+        assert!(!out.is_error, "{out:?}");
+    }
+
+    // A new process on the same directory sees the list.
+    let restarted = Todo::durable(dir.path());
+    let items = restarted.items("20261130_120000_aaaaaa");
+    let texts: Vec<&str> = items.iter().map(|i| i.text.as_str()).collect();
+    assert_eq!(texts, ["book flights", "pack"]);
+
+    // Carried to the next session, on disk too.
+    restarted.carry("20261130_120000_aaaaaa", "20261130_130000_bbbbbb");
+    assert_eq!(
+        Todo::durable(dir.path())
+            .items("20261130_130000_bbbbbb")
+            .len(),
+        2
+    );
+
+    // A damaged file is ignored, not fatal.
+    std::fs::write(dir.path().join("20261130_140000_cccccc.json"), b"{not json").expect("write");
+    assert!(
+        Todo::durable(dir.path())
+            .items("20261130_140000_cccccc")
+            .is_empty()
+    );
+    // Memory-only lists write nothing.
+    let files = std::fs::read_dir(dir.path()).expect("dir").count();
+    let _ = Todo::new().items("x");
+    assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), files);
+}

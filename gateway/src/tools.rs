@@ -39,7 +39,9 @@ pub async fn build(
     if config.clock {
         registry.register(Arc::new(Clock));
     }
-    let todo = config.todo.then(|| Arc::new(Todo::default()));
+    let todo = config
+        .todo
+        .then(|| Arc::new(Todo::durable(loaded.home.join("todo"))));
     if let Some(todo) = &todo {
         registry.register(todo.clone());
     }
