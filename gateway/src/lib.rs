@@ -7,6 +7,7 @@
 //! # Layout
 //! - [`agent`]: the agent (providers, tools, prompt, compression) from configuration.
 //! - [`cli`]: the command line and what each subcommand does.
+//! - [`conversation`]: inbox, router, conversation actors, outbox.
 //! - [`config`]: configuration loading (defaults < file < environment), strict.
 //! - [`logging`]: `tracing` set-up with redaction at the sink.
 //! - [`server`]: the HTTP server (`/healthz`, `/readyz`) and its graceful shutdown.
@@ -18,6 +19,7 @@
 pub mod agent;
 pub mod cli;
 pub mod config;
+pub mod conversation;
 pub mod doctor;
 pub mod logging;
 pub mod providers;

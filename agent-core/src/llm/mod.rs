@@ -8,10 +8,12 @@
 //! - [`anthropic`]: the Anthropic Messages API, streaming.
 //! - [`error`]: what went wrong, classified so the loop knows what to do about it.
 //! - [`spec`]: a model's context length, output limit and prices.
+//! - [`limit`]: the global limit on concurrent model calls.
 
 pub mod anthropic;
 pub mod error;
 mod http;
+pub mod limit;
 pub mod openai;
 pub mod spec;
 pub mod sse;

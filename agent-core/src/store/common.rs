@@ -889,6 +889,14 @@ macro_rules! impl_session_store {
                 rows.iter().map(outbox_from_row).collect()
             }
 
+            async fn outbox_for_inbox(&self, inbox_id: i64) -> StoreResult<Vec<OutboxItem>> {
+                let rows = sqlx::query("SELECT * FROM outbox WHERE inbox_id = $1 ORDER BY id")
+                    .bind(inbox_id)
+                    .fetch_all(self.read_pool())
+                    .await?;
+                rows.iter().map(outbox_from_row).collect()
+            }
+
             async fn search(&self, query: &SearchQuery) -> StoreResult<Vec<SearchHit>> {
                 let terms = $crate::store::search_text::terms(&query.text);
                 if terms.is_empty() {

@@ -177,6 +177,8 @@ pub trait SessionStore: Send + Sync + 'static {
     async fn outbox_mark_failed(&self, id: i64) -> StoreResult<()>;
     /// Rows still to deliver, oldest first.
     async fn outbox_pending(&self) -> StoreResult<Vec<OutboxItem>>;
+    /// The replies to one inbox row (a repeated message gets its original outcome).
+    async fn outbox_for_inbox(&self, inbox_id: i64) -> StoreResult<Vec<OutboxItem>>;
 
     /// Full-text search; any text is a valid query.
     async fn search(&self, query: &SearchQuery) -> StoreResult<Vec<SearchHit>>;

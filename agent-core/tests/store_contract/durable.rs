@@ -109,6 +109,19 @@ pub(crate) async fn outbox_reuses_rows_per_turn_and_target(store: Arc<dyn Sessio
             .id,
         row.id
     );
+    let answers = store
+        .outbox_for_inbox(inbox.item.id)
+        .await
+        .expect("by inbox");
+    let targets: Vec<&str> = answers.iter().map(|o| o.target.as_str()).collect();
+    assert_eq!(targets, ["webhook:r:c", "https://example.invalid/cb"]);
+    assert!(
+        store
+            .outbox_for_inbox(inbox.item.id + 1000)
+            .await
+            .expect("none")
+            .is_empty()
+    );
 
     assert_eq!(
         store.outbox_begin_attempt(row.id).await.expect("attempt"),

@@ -1,0 +1,194 @@
+//! Conversations at run time (DESIGN.md §2): every inbound message is written to the inbox
+//! before anyone is told it arrived, then handed to its conversation's actor; the reply is
+//! written to the outbox before it is delivered. A message seen twice runs once; messages left
+//! unanswered by a crash are resumed on the next start.
+//!
+//! # Layout
+//! - [`key`]: conversation keys, from one pure function.
+//! - [`router`]: key → actor, spawned on demand, evicted when idle.
+//! - [`actor`]: one per conversation: attempts, the turn, the outbox.
+//! - [`notice`]: what the user is told when a turn fails.
+
+pub mod actor;
+pub mod key;
+pub mod notice;
+pub mod router;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_core::agent::Agent;
+use agent_core::store::{InboxItem, NewInboxItem, OutboxItem, SessionStore, StoreError};
+use serde_json::json;
+use tokio::sync::oneshot;
+
+pub use actor::{Job, TurnReply};
+pub use router::Router;
+
+/// A message from any platform, normalised.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inbound {
+    /// `webhook`, `api`, `telegram`, `discord`.
+    pub source: String,
+    /// The platform's id for the message (deduplication); `(source, id)` runs once.
+    pub platform_message_id: String,
+    /// See [`key::conversation_key`].
+    pub conversation_key: String,
+    pub text: String,
+    /// Where the reply goes (outbox target).
+    pub target: String,
+    /// Anything else the adapter wants to keep with the message (user, chat ids…).
+    pub meta: serde_json::Value,
+}
+
+/// What [`Gateway::submit`] did with a message.
+#[derive(Debug)]
+pub enum Submission {
+    /// Persisted and queued; the reply arrives on `reply`.
+    Accepted {
+        inbox_id: i64,
+        reply: oneshot::Receiver<TurnReply>,
+    },
+    /// Seen before: nothing runs again. `reply` is the original answer once there is one.
+    Duplicate {
+        inbox: Box<InboxItem>,
+        reply: Option<TurnReply>,
+    },
+}
+
+/// Why a message was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    /// The conversation's queue is full; try again later.
+    #[error("the conversation's queue is full")]
+    Busy,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Settings of the conversation runtime.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// An actor with nothing to do for this long leaves memory (its state stays in the store).
+    pub idle_ttl: Duration,
+    /// Messages a conversation may have waiting.
+    pub queue_cap: usize,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            idle_ttl: Duration::from_secs(30 * 60),
+            queue_cap: 32,
+        }
+    }
+}
+
+/// The conversation runtime: inbox, router, actors.
+pub struct Gateway {
+    store: Arc<dyn SessionStore>,
+    router: Router,
+}
+
+impl Gateway {
+    pub fn new(store: Arc<dyn SessionStore>, agent: Arc<Agent>, config: RuntimeConfig) -> Self {
+        let deps = Arc::new(actor::Deps {
+            store: store.clone(),
+            agent,
+            idle_ttl: config.idle_ttl,
+        });
+        Self {
+            store,
+            router: Router::new(deps, config.queue_cap),
+        }
+    }
+
+    /// Persists `inbound` (deduplicated) and queues it. Once this returns `Accepted` the
+    /// message is durable: the platform may be acknowledged.
+    pub async fn submit(&self, inbound: Inbound) -> Result<Submission, SubmitError> {
+        if !self.router.has_room(&inbound.conversation_key) {
+            return Err(SubmitError::Busy);
+        }
+        let accepted = self
+            .store
+            .inbox_accept(&NewInboxItem {
+                source: inbound.source.clone(),
+                platform_message_id: inbound.platform_message_id.clone(),
+                conversation_key: inbound.conversation_key.clone(),
+                payload: json!({
+                    "text": inbound.text,
+                    "target": inbound.target,
+                    "meta": inbound.meta,
+                }),
+            })
+            .await?;
+        if !accepted.fresh {
+            let reply = self.original_reply(&accepted.item).await?;
+            return Ok(Submission::Duplicate {
+                inbox: Box::new(accepted.item),
+                reply,
+            });
+        }
+        let (tx, rx) = oneshot::channel();
+        let inbox_id = accepted.item.id;
+        self.router
+            .dispatch(
+                &inbound.conversation_key,
+                Job {
+                    inbox: accepted.item,
+                    text: inbound.text,
+                    target: inbound.target,
+                    waiter: Some(tx),
+                },
+            )
+            .await;
+        Ok(Submission::Accepted {
+            inbox_id,
+            reply: rx,
+        })
+    }
+
+    /// Requeues every message accepted but not answered (a crash or restart mid-turn). Each
+    /// runs once more; a row that already failed its attempts is answered with a notice.
+    pub async fn resume_unfinished(&self) -> Result<usize, StoreError> {
+        let rows = self.store.inbox_unfinished().await?;
+        let count = rows.len();
+        for inbox in rows {
+            let text = inbox.payload["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let target = inbox.payload["target"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            tracing::info!(conversation = %inbox.conversation_key, inbox = inbox.id, attempts = inbox.attempts, "resuming an unanswered message");
+            let key = inbox.conversation_key.clone();
+            self.router
+                .dispatch(
+                    &key,
+                    Job {
+                        inbox,
+                        text,
+                        target,
+                        waiter: None,
+                    },
+                )
+                .await;
+        }
+        Ok(count)
+    }
+
+    /// The first reply written for an inbox row, if any.
+    pub async fn original_reply(&self, inbox: &InboxItem) -> Result<Option<TurnReply>, StoreError> {
+        let rows: Vec<OutboxItem> = self.store.outbox_for_inbox(inbox.id).await?;
+        Ok(rows
+            .first()
+            .map(|row| actor::reply_from_row(inbox.id, row.id, &row.payload)))
+    }
+
+    /// Conversations with an actor in memory.
+    pub fn resident(&self) -> usize {
+        self.router.resident()
+    }
+}
