@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use agent_core::agent::{Agent, PromptBuilder, TurnConfig};
 use agent_core::compress::{CompressionSettings, Compressor};
+use agent_core::llm::limit::Limited;
 use agent_core::redact::Redactor;
 use agent_core::store::SessionStore;
 use anyhow::{Context, Result};
+use tokio::sync::Semaphore;
 
 use crate::config::Loaded;
 
@@ -26,7 +28,11 @@ pub async fn build(
     redactor: Arc<Redactor>,
 ) -> Result<Built> {
     let config = &loaded.config;
-    let providers = crate::providers::chain(loaded, &config.llm)?;
+    // One limit on model calls in flight, shared by every provider (summaries included).
+    let permits = Arc::new(Semaphore::new(
+        usize::try_from(config.agent.max_concurrent_model_calls).unwrap_or(usize::MAX),
+    ));
+    let providers = Limited::all(crate::providers::chain(loaded, &config.llm)?, &permits);
     let main = providers
         .first()
         .cloned()
@@ -41,7 +47,8 @@ pub async fn build(
         .model
         .as_ref()
         .map(|model| crate::providers::provider(loaded, model))
-        .transpose()?;
+        .transpose()?
+        .and_then(|model| Limited::all(vec![model], &permits).pop());
     let compressor = Compressor::new(
         CompressionSettings {
             enabled: c.enabled,

@@ -169,5 +169,6 @@ async fn serve(loaded: Loaded, args: ServeArgs) -> Result<()> {
         .with_context(|| format!("cannot listen on {bind}"))?;
     let shutdown = CancellationToken::new();
     tokio::spawn(crate::server::cancel_on_signal(shutdown.clone()));
-    crate::server::run(store, listener, shutdown).await
+    let mounted = crate::daemon::start(&loaded, store.clone(), shutdown.clone()).await?;
+    crate::server::run(store, mounted, listener, shutdown).await
 }

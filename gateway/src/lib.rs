@@ -7,12 +7,14 @@
 //! # Layout
 //! - [`agent`]: the agent (providers, tools, prompt, compression) from configuration.
 //! - [`cli`]: the command line and what each subcommand does.
+//! - [`daemon`]: what `iris serve` starts beside the health endpoints.
 //! - [`conversation`]: inbox, router, conversation actors, outbox.
 //! - [`config`]: configuration loading (defaults < file < environment), strict.
 //! - [`logging`]: `tracing` set-up with redaction at the sink.
 //! - [`server`]: the HTTP server (`/healthz`, `/readyz`) and its graceful shutdown.
 //! - [`providers`]: model providers (main + fallbacks) from `[llm]`.
 //! - [`tools`]: the agent's tools (built-ins and MCP servers) from `[tools]` and `[mcp]`.
+//! - [`webhook`]: `POST /hooks/{route}`, its messages endpoint and callbacks.
 //! - [`doctor`]: `iris doctor`'s checks.
 //! - [`sessions`]: `iris sessions list|show|search`.
 
@@ -20,11 +22,13 @@ pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod conversation;
+pub mod daemon;
 pub mod doctor;
 pub mod logging;
 pub mod providers;
 pub mod server;
 pub mod sessions;
 pub mod tools;
+pub mod webhook;
 
 pub use server::run;

@@ -98,9 +98,16 @@ pub fn init(config: &LogConfig, home: &Path, redactor: Redactor) -> Result<LogGu
     };
 
     let registry = tracing_subscriber::registry().with(filter);
+    // Colour only for a person at a terminal: redirected logs (systemd, files, pipes) stay plain.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let result = match config.format {
         LogFormat::Pretty => registry
-            .with(tracing_subscriber::fmt::layer().with_writer(stderr))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(colour)
+                    .with_writer(stderr),
+            )
             .with(file_writer.map(|w| {
                 tracing_subscriber::fmt::layer()
                     .with_ansi(false)

@@ -1,9 +1,9 @@
 //! The HTTP server and its one shutdown path.
 //!
-//! Today it serves health: `GET /healthz` (the process is alive) and `GET /readyz` (the store
-//! answers; the body names what is not ready). Later issues mount the webhook, the
-//! OpenAI-compatible API, metrics and the admin API on the same router. Every error is a JSON
-//! body `{"error": {"code", "message"}}`.
+//! It serves health — `GET /healthz` (the process is alive) and `GET /readyz` (the store
+//! answers; the body names what is not ready) — plus whatever the daemon mounts beside it (the
+//! webhook today; the OpenAI-compatible API, metrics and the admin API later). Every error is
+//! a JSON body `{"error": {"code", "message"}}`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,24 +28,26 @@ pub struct AppState {
     pub store: Arc<dyn SessionStore>,
 }
 
-/// The router with every route Iris serves.
-pub fn router(state: AppState) -> Router {
+/// The health routes merged with `mounted` (the daemon's other endpoints).
+pub fn router(state: AppState, mounted: Router) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .fallback(not_found)
         .with_state(state)
+        .merge(mounted)
+        .fallback(not_found)
 }
 
 /// Serves on `listener` until `shutdown` is cancelled, then drains in-flight requests.
 pub async fn run(
     store: Arc<dyn SessionStore>,
+    mounted: Router,
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<()> {
     let addr = listener.local_addr().context("listener has no address")?;
     tracing::info!(%addr, store = store.backend(), "iris listening");
-    axum::serve(listener, router(AppState { store }))
+    axum::serve(listener, router(AppState { store }, mounted))
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
         .context("HTTP server failed")?;

@@ -210,6 +210,12 @@ pub struct AgentConfig {
     pub system_prompt: String,
     /// The longest a turn may take, retries included.
     pub turn_timeout_secs: u64,
+    /// Model calls in flight at once, across all conversations.
+    pub max_concurrent_model_calls: u32,
+    /// Messages a conversation may have waiting while a turn runs.
+    pub queue_cap: u32,
+    /// A conversation idle this long leaves memory (its state stays in the store).
+    pub idle_ttl_secs: u64,
 }
 
 impl Default for AgentConfig {
@@ -219,6 +225,9 @@ impl Default for AgentConfig {
             busy_mode: BusyMode::Queue,
             system_prompt: "You are a helpful assistant.".into(),
             turn_timeout_secs: 900,
+            max_concurrent_model_calls: 16,
+            queue_cap: 32,
+            idle_ttl_secs: 1800,
         }
     }
 }
@@ -232,6 +241,8 @@ pub struct WebhookConfig {
     pub max_body_bytes: u64,
     /// How long a `wait: true` call waits before answering 202.
     pub sync_timeout_secs: u64,
+    /// Accepted calls per route per minute (counted after authentication); more get 429.
+    pub rate_limit_per_minute: u32,
     /// Routes by name.
     pub routes: BTreeMap<String, WebhookRoute>,
 }
@@ -242,6 +253,7 @@ impl Default for WebhookConfig {
             enabled: true,
             max_body_bytes: 1_048_576,
             sync_timeout_secs: 120,
+            rate_limit_per_minute: 120,
             routes: BTreeMap::new(),
         }
     }
@@ -603,8 +615,17 @@ fn validate(config: &Config) -> Result<()> {
         );
     }
     tools::validate(&config.tools, &config.mcp)?;
-    if config.agent.max_iterations == 0 || config.agent.turn_timeout_secs == 0 {
-        bail!("agent.max_iterations and agent.turn_timeout_secs must be at least 1");
+    let a = &config.agent;
+    if [a.max_iterations, a.max_concurrent_model_calls, a.queue_cap].contains(&0)
+        || a.turn_timeout_secs == 0
+        || a.idle_ttl_secs == 0
+    {
+        bail!(
+            "agent.max_iterations, turn_timeout_secs, max_concurrent_model_calls, queue_cap and idle_ttl_secs must be at least 1"
+        );
+    }
+    if config.webhook.rate_limit_per_minute == 0 || config.webhook.sync_timeout_secs == 0 {
+        bail!("webhook.rate_limit_per_minute and webhook.sync_timeout_secs must be at least 1");
     }
     for (name, route) in &config.webhook.routes {
         if route.token_env.is_none() && route.secret_env.is_none() {

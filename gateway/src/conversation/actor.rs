@@ -113,13 +113,31 @@ impl Actor {
             return Ok(());
         }
         let cancel = CancellationToken::new();
-        let result = self
-            .deps
-            .agent
-            .run_turn(state, &job.text, &|_| {}, &cancel)
-            .await;
+        let span = tracing::info_span!(
+            "turn",
+            conversation = %self.key,
+            session = %state.session_id,
+            source = %job.inbox.source,
+        );
+        let started = std::time::Instant::now();
+        tracing::info!(parent: &span, inbox = job.inbox.id, attempt = attempts, chars = job.text.chars().count(), "message received");
+        let result = tracing::Instrument::instrument(
+            self.deps.agent.run_turn(state, &job.text, &|_| {}, &cancel),
+            span.clone(),
+        )
+        .await;
         let (text, error) = match result {
-            Ok(outcome) => (outcome.text, None),
+            Ok(outcome) => {
+                tracing::info!(
+                    parent: &span,
+                    duration_ms = started.elapsed().as_millis() as u64,
+                    model_calls = outcome.api_calls,
+                    context_tokens = outcome.context_tokens,
+                    compressions = outcome.compressions,
+                    "turn finished"
+                );
+                (outcome.text, None)
+            }
             Err(TurnError::Store(e)) => return Err(e),
             Err(e) => {
                 let class = match &e {
@@ -158,6 +176,7 @@ impl Actor {
                     "reply": text,
                     "session_id": state.session_id,
                     "error": error,
+                    "meta": job.inbox.payload["meta"],
                 }),
             })
             .await?;

@@ -1,0 +1,83 @@
+//! What `iris serve` runs beside the health endpoints: the agent, the conversation runtime
+//! (resuming what a previous run left unanswered), the webhook and its callback delivery.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_core::redact::Redactor;
+use agent_core::store::SessionStore;
+use anyhow::Result;
+use axum::Router;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Loaded;
+use crate::conversation::{Gateway, RuntimeConfig};
+use crate::webhook::auth::RouteAuth;
+use crate::webhook::callback::Deliverer;
+use crate::webhook::limit::RateLimiter;
+use crate::webhook::{self, WebhookState};
+
+/// Starts the runtime and returns the routes to serve.
+pub async fn start(
+    loaded: &Loaded,
+    store: Arc<dyn SessionStore>,
+    stop: CancellationToken,
+) -> Result<Router> {
+    let config = &loaded.config;
+    let redactor = Arc::new(Redactor::with_secrets(loaded.secret_values()));
+    let built = crate::agent::build(loaded, store.clone(), redactor).await?;
+    for problem in &built.problems {
+        tracing::warn!(%problem, "left out at start");
+    }
+    let gateway = Arc::new(Gateway::new(
+        store.clone(),
+        Arc::new(built.agent),
+        RuntimeConfig {
+            idle_ttl: Duration::from_secs(config.agent.idle_ttl_secs),
+            queue_cap: usize::try_from(config.agent.queue_cap).unwrap_or(usize::MAX),
+        },
+    ));
+    let resumed = gateway.resume_unfinished().await?;
+    if resumed > 0 {
+        tracing::info!(resumed, "resumed messages left unanswered by the last run");
+    }
+    let mut mounted = Router::new();
+    if config.webhook.enabled {
+        let routes: HashMap<String, RouteAuth> = config
+            .webhook
+            .routes
+            .iter()
+            .map(|(name, route)| {
+                let read = |var: &Option<String>| var.as_deref().and_then(|v| loaded.secret(v));
+                let auth = RouteAuth {
+                    token: read(&route.token_env),
+                    secret: read(&route.secret_env),
+                };
+                if auth.token.is_none() && auth.secret.is_none() {
+                    tracing::warn!(route = %name, "webhook route has no credentials in the environment; it refuses every call");
+                }
+                (name.clone(), auth)
+            })
+            .collect();
+        let deliverer = Deliverer {
+            store: store.clone(),
+            routes: routes.clone(),
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()?,
+            poll: Duration::from_millis(500),
+            backoff: Duration::from_secs(2),
+        };
+        tokio::spawn(deliverer.run(stop.clone()));
+        mounted = mounted.merge(webhook::router(Arc::new(WebhookState {
+            gateway: gateway.clone(),
+            store,
+            routes,
+            limiter: RateLimiter::new(config.webhook.rate_limit_per_minute),
+            max_body_bytes: usize::try_from(config.webhook.max_body_bytes).unwrap_or(usize::MAX),
+            sync_timeout: Duration::from_secs(config.webhook.sync_timeout_secs),
+        })));
+    }
+    Ok(mounted)
+}
