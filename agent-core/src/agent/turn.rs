@@ -210,12 +210,41 @@ impl Agent {
         on_event: &(dyn Fn(TurnEvent) + Send + Sync),
         cancel: &CancellationToken,
     ) -> Result<TurnOutcome, TurnError> {
-        self.store
-            .append_messages(
-                &state.session_id,
-                &[NewMessage::text(Role::User, user_text)],
-            )
-            .await?;
+        self.run_message(state, user_text, None, on_event, cancel)
+            .await
+    }
+
+    /// Runs one turn for a platform message. When the session already holds a user message
+    /// with this `platform_message_id` (a turn resumed after a crash), it is not stored again:
+    /// the turn goes on from what the interrupted attempt left.
+    pub async fn run_message(
+        &self,
+        state: &mut ConversationState,
+        user_text: &str,
+        platform_message_id: Option<&str>,
+        on_event: &(dyn Fn(TurnEvent) + Send + Sync),
+        cancel: &CancellationToken,
+    ) -> Result<TurnOutcome, TurnError> {
+        let resumed = match platform_message_id {
+            Some(id) => self
+                .store
+                .messages(&state.session_id)
+                .await?
+                .iter()
+                .any(|m| {
+                    m.body.role == Role::User && m.body.platform_message_id.as_deref() == Some(id)
+                }),
+            None => false,
+        };
+        if resumed {
+            tracing::info!(session = %state.session_id, "resuming a turn an earlier attempt started");
+        } else {
+            let mut message = NewMessage::text(Role::User, user_text);
+            message.platform_message_id = platform_message_id.map(str::to_owned);
+            self.store
+                .append_messages(&state.session_id, &[message])
+                .await?;
+        }
         let mut turn = self.begin(state, on_event, cancel).await?;
         let messages = turn.load_messages().await?;
         turn.run(messages).await
@@ -248,16 +277,19 @@ impl Agent {
 }
 
 impl Turn<'_> {
-    /// The current session's messages as the model sees them.
+    /// The current session's messages as the model sees them. A call whose results never
+    /// got stored (a crash mid-tools) is answered with a stub, so every provider accepts the
+    /// history.
     pub(super) async fn load_messages(&self) -> Result<Vec<ChatMessage>, TurnError> {
-        Ok(self
+        let messages = self
             .agent
             .store
             .messages(&self.state.session_id)
             .await?
             .iter()
             .filter_map(history::to_chat)
-            .collect())
+            .collect();
+        Ok(crate::compress::assemble::sanitize_tool_pairs(messages))
     }
 
     fn tool_context(&self) -> ToolContext {

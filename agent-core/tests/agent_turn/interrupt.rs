@@ -149,3 +149,80 @@ async fn a_cancel_inside_a_tool_answers_its_call_and_stops_the_turn() {
         "the clock finished before the cancel"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_resumed_after_a_crash_does_not_repeat_the_user_message() {
+    use agent_core::store::NewMessage;
+
+    let fake = FakeOpenAi::start([Reply::text("Resumed answer.")])
+        .await
+        .expect("fake");
+    let mut s = setup(vec![provider(&fake, "main")], 90).await;
+    // What a crash mid-tools leaves: the user message (with its platform id) and a call whose
+    // result was never stored.
+    let mut user = NewMessage::text(Role::User, USER);
+    user.platform_message_id = Some("route:m-1".into());
+    let mut call = NewMessage::text(Role::Assistant, "");
+    call.content = None;
+    call.tool_calls = Some(json!([{"id": "c9", "name": "clock", "arguments": "{}"}]));
+    s.agent
+        .store
+        .append_messages(&s.state.session_id, &[user, call])
+        .await
+        .expect("seed");
+
+    let outcome = s
+        .agent
+        .run_message(
+            &mut s.state,
+            USER,
+            Some("route:m-1"),
+            &|_| {},
+            &CancellationToken::new(),
+        )
+        .await
+        .expect("turn");
+    assert_eq!(outcome.text, "Resumed answer.");
+    let stored = s
+        .agent
+        .store
+        .messages(&s.state.session_id)
+        .await
+        .expect("messages");
+    let users = stored.iter().filter(|m| m.body.role == Role::User).count();
+    assert_eq!(users, 1, "the user message is not stored twice");
+    // The dangling call went to the model with a stub result, so the provider accepts it.
+    let sent = fake.requests()[0].body["messages"].clone();
+    let roles: Vec<&str> = sent
+        .as_array()
+        .map(|m| m.iter().filter_map(|m| m["role"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(roles, ["system", "user", "assistant", "tool"]);
+    assert_eq!(sent[3]["tool_call_id"], "c9");
+
+    // A new platform message is stored as usual.
+    let fake2 = FakeOpenAi::start([Reply::text("second")])
+        .await
+        .expect("fake");
+    s.agent.providers = vec![provider(&fake2, "main")];
+    s.agent
+        .run_message(
+            &mut s.state,
+            "again",
+            Some("route:m-2"),
+            &|_| {},
+            &CancellationToken::new(),
+        )
+        .await
+        .expect("turn");
+    let stored = s
+        .agent
+        .store
+        .messages(&s.state.session_id)
+        .await
+        .expect("messages");
+    assert_eq!(
+        stored.iter().filter(|m| m.body.role == Role::User).count(),
+        2
+    );
+}

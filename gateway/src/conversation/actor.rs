@@ -122,7 +122,13 @@ impl Actor {
         let started = std::time::Instant::now();
         tracing::info!(parent: &span, inbox = job.inbox.id, attempt = attempts, chars = job.text.chars().count(), "message received");
         let result = tracing::Instrument::instrument(
-            self.deps.agent.run_turn(state, &job.text, &|_| {}, &cancel),
+            self.deps.agent.run_message(
+                state,
+                &job.text,
+                Some(&job.inbox.platform_message_id),
+                &|_| {},
+                &cancel,
+            ),
             span.clone(),
         )
         .await;

@@ -1,0 +1,197 @@
+//! Nothing is lost and nothing is said twice across a crash: the daemon is SIGKILLed in the
+//! middle of a turn (the model call in flight), started again, and the message is answered
+//! exactly once — one callback delivery, one reply for a repeated message id, one copy of the
+//! user's message in the conversation.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use testkit::Reply;
+use testkit::openai::FakeOpenAi;
+
+const TOKEN: &str = "durable-token-0123456789";
+
+struct Iris {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Iris {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+async fn start(home: &Path) -> Iris {
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_iris"))
+        .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("IRIS_HOME", home)
+        .env("HOOK_TOKEN", TOKEN)
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start iris");
+    let iris = Iris {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+    };
+    for _ in 0..200 {
+        if reqwest::get(format!("{}/healthz", iris.base))
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return iris;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("iris did not come up");
+}
+
+async fn post(iris: &Iris, body: &Value) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .post(format!("{}/hooks/durable", iris.base))
+        .bearer_auth(TOKEN)
+        .json(body)
+        .send()
+        .await
+        .expect("send");
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkill_mid_turn_loses_nothing_and_answers_once() {
+    let fake = FakeOpenAi::start([Reply::hang(), Reply::text("answer after the restart")])
+        .await
+        .expect("fake");
+    // The callback receiver counts deliveries.
+    let received: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let sink = received.clone();
+    let app = axum::Router::new().route(
+        "/cb",
+        axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+            let sink = sink.clone();
+            async move {
+                sink.lock().expect("lock").push(body);
+                axum::http::StatusCode::OK
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let callback = format!("http://{}/cb", listener.local_addr().expect("addr"));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+
+    let home = tempfile::tempdir().expect("dir");
+    std::fs::write(
+        home.path().join("iris.toml"),
+        format!(
+            "[llm]\nbase_url = \"{}\"\nmodel = \"main\"\n\n[compression]\nmemory_flush = false\n\n[webhook.routes.durable]\ntoken_env = \"HOOK_TOKEN\"\n",
+            fake.base_url
+        ),
+    )
+    .expect("config");
+    let message = json!({
+        "conversation": "crash", "user": "alice", "text": "please remember this",
+        "message_id": "k-1", "wait": false, "callback_url": callback,
+    });
+
+    let first = start(home.path()).await;
+    let (status, body) = post(&first, &message).await;
+    assert_eq!((status, body["status"].as_str()), (202, Some("accepted")));
+    for _ in 0..200 {
+        if !fake.requests().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        fake.requests().len(),
+        1,
+        "the turn is in the middle of its model call"
+    );
+    drop(first); // SIGKILL: no shutdown path runs.
+
+    let second = start(home.path()).await;
+    for _ in 0..150 {
+        if !received.lock().expect("lock").is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let deliveries = received.lock().expect("lock").clone();
+    assert_eq!(deliveries.len(), 1, "exactly one delivery: {deliveries:?}");
+    assert_eq!(deliveries[0]["reply"], "answer after the restart");
+    assert_eq!(deliveries[0]["message_id"], "k-1");
+
+    // The client retrying the same message gets the same answer; nothing runs again.
+    let (status, again) = post(&second, &json!({
+        "conversation": "crash", "user": "alice", "text": "please remember this", "message_id": "k-1",
+    }))
+    .await;
+    assert_eq!(
+        (status, again["reply"].as_str()),
+        (200, Some("answer after the restart"))
+    );
+    assert_eq!(
+        fake.requests().len(),
+        2,
+        "one interrupted call, one resumed"
+    );
+
+    let listed: Value = reqwest::Client::new()
+        .get(format!(
+            "{}/hooks/durable/conversations/crash/messages",
+            second.base
+        ))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    let turns: Vec<(String, String)> = listed["messages"]
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .map(|m| {
+                    (
+                        m["role"].as_str().unwrap_or_default().to_owned(),
+                        m["content"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        turns,
+        [
+            ("user".to_owned(), "please remember this".to_owned()),
+            (
+                "assistant".to_owned(),
+                "answer after the restart".to_owned()
+            )
+        ]
+    );
+}
