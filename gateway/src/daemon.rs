@@ -36,6 +36,7 @@ pub async fn start(
         RuntimeConfig {
             idle_ttl: Duration::from_secs(config.agent.idle_ttl_secs),
             queue_cap: usize::try_from(config.agent.queue_cap).unwrap_or(usize::MAX),
+            busy_mode: config.agent.busy_mode,
         },
     ));
     let resumed = gateway.resume_unfinished().await?;

@@ -4,95 +4,16 @@
 //! their history, and messages a crash left unanswered are resumed once on start (or answered
 //! with a notice after three attempts).
 
-use std::sync::Arc;
+mod common;
+
 use std::time::Duration;
 
-use agent_core::agent::retry::RetryPolicy;
-use agent_core::agent::{Agent, PromptBuilder, TurnConfig};
-use agent_core::llm::ChatProvider;
-use agent_core::llm::openai::{OpenAiConfig, OpenAiProvider};
-use agent_core::store::{InboxState, NewInboxItem, SessionStore, SqliteStore};
-use agent_core::tools::ToolRegistry;
-use gateway::conversation::{
-    Gateway, Inbound, RuntimeConfig, Submission, SubmitError, TurnReply, notice,
-};
+use agent_core::store::{InboxState, NewInboxItem};
+use common::{answer, inbound, wait_for, world};
+use gateway::conversation::{RuntimeConfig, Submission, SubmitError, notice};
 use serde_json::json;
 use testkit::Reply;
 use testkit::openai::FakeOpenAi;
-
-struct World {
-    gateway: Gateway,
-    store: Arc<dyn SessionStore>,
-    _dir: tempfile::TempDir,
-}
-
-async fn world(fake: &FakeOpenAi, config: RuntimeConfig) -> World {
-    let dir = tempfile::tempdir().expect("dir");
-    let store: Arc<dyn SessionStore> = Arc::new(
-        SqliteStore::open(dir.path().join("s.db"))
-            .await
-            .expect("store"),
-    );
-    World {
-        gateway: Gateway::new(store.clone(), agent(fake, store.clone()), config),
-        store,
-        _dir: dir,
-    }
-}
-
-fn agent(fake: &FakeOpenAi, store: Arc<dyn SessionStore>) -> Arc<Agent> {
-    let mut config = OpenAiConfig::new(&fake.base_url, "main");
-    config.first_byte_timeout = Duration::from_secs(10);
-    let provider: Arc<dyn ChatProvider> = Arc::new(OpenAiProvider::new(config).expect("client"));
-    Arc::new(Agent {
-        providers: vec![provider],
-        tools: ToolRegistry::new(),
-        store,
-        prompt: PromptBuilder::new("You are terse."),
-        compressor: None,
-        todo: None,
-        config: TurnConfig {
-            retry: RetryPolicy {
-                backoff_base: Duration::from_millis(10),
-                backoff_cap: Duration::from_millis(20),
-                ..RetryPolicy::default()
-            },
-            memory_flush: false,
-            ..TurnConfig::default()
-        },
-    })
-}
-
-fn inbound(key: &str, id: &str, text: &str) -> Inbound {
-    Inbound {
-        source: "webhook".into(),
-        platform_message_id: id.into(),
-        conversation_key: key.into(),
-        text: text.into(),
-        target: "webhook:test".into(),
-        meta: json!({}),
-    }
-}
-
-async fn answer(submission: Submission) -> TurnReply {
-    match submission {
-        Submission::Accepted { reply, .. } => tokio::time::timeout(Duration::from_secs(20), reply)
-            .await
-            .expect("in time")
-            .expect("a reply"),
-        Submission::Duplicate { .. } => panic!("expected a fresh message"),
-    }
-}
-
-async fn wait_for(mut done: impl FnMut() -> bool) {
-    for _ in 0..400 {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("condition not reached in 4 s");
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_conversation_answers_in_order_one_turn_at_a_time() {

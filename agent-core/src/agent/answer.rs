@@ -47,7 +47,7 @@ impl Turn<'_> {
                 }
                 if nudges >= MAX_RECOVERIES {
                     // This provider stays silent; each fallback gets one nudged call.
-                    let Some(next) = self.agent.providers.get(provider + 1) else {
+                    let Some(next) = self.providers.get(provider + 1) else {
                         text = NO_ANSWER.to_owned();
                         break;
                     };

@@ -30,7 +30,7 @@ impl Turn<'_> {
         from: usize,
         unsaved: &str,
     ) -> Result<Answered, TurnError> {
-        let providers = &self.agent.providers;
+        let providers = &self.providers;
         let from = from.min(providers.len());
         let streamed = Mutex::new(String::new());
         let on_event = self.on_event;
@@ -114,7 +114,6 @@ impl Turn<'_> {
     ) -> Result<(), StoreError> {
         let u = usage.unwrap_or_default();
         let cost = self
-            .agent
             .providers
             .get(provider)
             .map_or(0.0, |p| p.spec().prices.cost(&u));

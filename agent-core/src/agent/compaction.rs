@@ -109,10 +109,9 @@ impl Turn<'_> {
     /// The window in force: lowered by an overflow, else the answering provider's.
     pub(super) fn context_length(&self) -> u64 {
         self.state.context.context_length.unwrap_or_else(|| {
-            self.agent
-                .providers
+            self.providers
                 .get(self.provider)
-                .or(self.agent.providers.first())
+                .or(self.providers.first())
                 .map_or(128_000, |p| p.spec().context_length)
         })
     }
@@ -255,7 +254,6 @@ impl Turn<'_> {
         };
         let prompt = self.agent.prompt.build(self.state.conversation_id).await;
         let model = self
-            .agent
             .providers
             .get(self.provider)
             .map(|p| p.model().to_owned());
@@ -350,7 +348,7 @@ impl Turn<'_> {
         request
             .messages
             .push(ChatMessage::text(Role::User, MEMORY_FLUSH_NOTE));
-        let providers = &self.agent.providers[self.provider.min(self.agent.providers.len())..];
+        let providers = &self.providers[self.provider.min(self.providers.len())..];
         let result = retry::call(
             providers,
             &request,

@@ -23,5 +23,5 @@ pub mod turn;
 pub use compaction::{CompressionReport, Trigger};
 pub use prompt::PromptBuilder;
 pub use turn::{
-    Agent, ContextState, ConversationState, TurnConfig, TurnError, TurnEvent, TurnOutcome,
+    Agent, ContextState, ConversationState, Steering, TurnConfig, TurnError, TurnEvent, TurnOutcome,
 };

@@ -81,6 +81,47 @@ pub struct ConversationState {
     /// it on the session's first turn).
     pub system_prompt: Option<String>,
     pub context: ContextState,
+    /// `/model`: this conversation's main model instead of the configured one (same provider
+    /// and key; the fallbacks stay).
+    pub model: Option<String>,
+    /// Messages to fold into the running turn at its next tool boundary (busy mode `steer`).
+    pub steering: Steering,
+}
+
+/// Text for the running turn, pushed from outside while it runs (busy mode `steer`) and taken
+/// by the loop after each round of tools.
+#[derive(Clone, Default)]
+pub struct Steering(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Steering {
+    pub fn push(&self, text: impl Into<String>) {
+        if let Ok(mut queue) = self.0.lock() {
+            queue.push(text.into());
+        }
+    }
+
+    /// Takes everything pushed so far.
+    pub fn take(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .map(|mut q| std::mem::take(&mut *q))
+            .unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for Steering {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let waiting = self.0.lock().map(|q| q.len()).unwrap_or(0);
+        f.debug_struct("Steering")
+            .field("waiting", &waiting)
+            .finish()
+    }
+}
+
+impl PartialEq for Steering {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 impl ConversationState {
@@ -90,6 +131,8 @@ impl ConversationState {
             session_id: session_id.into(),
             system_prompt: None,
             context: ContextState::default(),
+            model: None,
+            steering: Steering::default(),
         }
     }
 }
@@ -167,6 +210,8 @@ pub enum TurnError {
 /// The state of one running turn.
 pub(super) struct Turn<'a> {
     pub agent: &'a Agent,
+    /// The main provider (with the conversation's `/model` override) and the fallbacks.
+    pub providers: Vec<Arc<dyn ChatProvider>>,
     pub state: &'a mut ConversationState,
     pub deadline: Instant,
     /// Model calls made, failed ones included.
@@ -263,8 +308,15 @@ impl Agent {
                     .await?,
             );
         }
+        let mut providers = self.providers.clone();
+        if let (Some(model), Some(main)) = (&state.model, providers.first())
+            && let Some(chosen) = main.with_model(model)
+        {
+            providers[0] = chosen;
+        }
         Ok(Turn {
             agent: self,
+            providers,
             state,
             deadline: Instant::now() + self.config.turn_deadline,
             api_calls: 0,
@@ -386,6 +438,7 @@ impl Turn<'_> {
                 thinking: response.thinking,
             });
             self.run_tools(&calls, &mut messages).await?;
+            self.take_steering(&mut messages).await?;
             self.after_response(&mut messages).await?;
             iteration += 1;
         }
@@ -394,6 +447,29 @@ impl Turn<'_> {
             "the tool loop ended without an answer",
             false,
         )))
+    }
+
+    /// Folds messages that arrived while the turn ran (busy mode `steer`) into it, stored as
+    /// user messages, before the next model call.
+    async fn take_steering(&mut self, messages: &mut Vec<ChatMessage>) -> Result<(), TurnError> {
+        let steered = self.state.steering.take();
+        if steered.is_empty() {
+            return Ok(());
+        }
+        let stored: Vec<NewMessage> = steered
+            .iter()
+            .map(|text| NewMessage::text(Role::User, text))
+            .collect();
+        self.agent
+            .store
+            .append_messages(&self.state.session_id, &stored)
+            .await?;
+        messages.extend(
+            steered
+                .into_iter()
+                .map(|t| ChatMessage::text(Role::User, t)),
+        );
+        Ok(())
     }
 
     /// A request over `messages`, with the tool schemas when `with_tools`.

@@ -47,6 +47,14 @@ impl ChatProvider for Limited {
         self.inner.spec()
     }
 
+    fn with_model(&self, model: &str) -> Option<Arc<dyn ChatProvider>> {
+        let inner = self.inner.with_model(model)?;
+        Some(Arc::new(Self {
+            inner,
+            permits: self.permits.clone(),
+        }))
+    }
+
     async fn complete(
         &self,
         request: &ChatRequest,

@@ -33,6 +33,11 @@ pub trait ChatProvider: Send + Sync {
     fn model(&self) -> &str;
     /// Its limits and prices.
     fn spec(&self) -> &ModelSpec;
+    /// The same endpoint and key asking for another model (`/model`), when the provider
+    /// supports that.
+    fn with_model(&self, _model: &str) -> Option<std::sync::Arc<dyn ChatProvider>> {
+        None
+    }
     /// Makes one call. `on_event` sees text deltas and tool starts as they stream; every
     /// wait ends when `cancel` fires.
     async fn complete(

@@ -341,6 +341,15 @@ impl super::ChatProvider for OpenAiProvider {
         &self.config.spec
     }
 
+    fn with_model(&self, model: &str) -> Option<std::sync::Arc<dyn super::ChatProvider>> {
+        let mut config = self.config.clone();
+        config.model = model.to_owned();
+        Some(std::sync::Arc::new(Self {
+            config,
+            client: self.client.clone(),
+        }))
+    }
+
     fn model(&self) -> &str {
         &self.config.model
     }

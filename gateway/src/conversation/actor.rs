@@ -1,9 +1,13 @@
 //! One actor per conversation: it owns the conversation's state, takes its jobs one at a time
-//! from a bounded mailbox (so one turn runs at a time per conversation), and for each job
-//! records the attempt, runs the turn, writes the reply to the outbox, and marks the inbox row
-//! done. It leaves when it has been idle for the configured time; the next message restores
-//! it from the store.
+//! from a bounded mailbox (one turn at a time per conversation), and for each job records the
+//! attempt, runs the command or the turn, writes the reply to the outbox and marks the inbox
+//! row done. While a turn runs it keeps reading the mailbox: `/stop`, `/status`, `/new`,
+//! `/reset` and `/help` act at once, other commands are told to wait, and messages follow the
+//! conversation's busy mode (DESIGN.md §9). It leaves when idle; the next message restores it
+//! from the store.
 
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -12,14 +16,19 @@ use agent_core::store::{
     InboxItem, InboxState, NewConversation, NewOutboxItem, SessionSpec, SessionStore, StoreError,
 };
 use serde_json::json;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::notice;
+use super::command::{self, Command};
 use super::router::RouterInner;
+use super::{control, notice};
+use crate::config::BusyMode;
 
 /// Attempts per inbox row before it is marked failed.
 pub const MAX_ATTEMPTS: i64 = 3;
+/// At most one "queued" acknowledgement per conversation in this time.
+pub const ACK_EVERY: Duration = Duration::from_secs(30);
 
 /// One message for a conversation to answer.
 pub struct Job {
@@ -38,8 +47,16 @@ pub struct TurnReply {
     pub outbox_id: i64,
     pub session_id: String,
     pub text: String,
-    /// Set when the turn failed and `text` is the notice the user gets.
+    /// Set when the turn failed or was cut short and `text` is the notice the user gets.
     pub error: Option<String>,
+}
+
+/// A side message for the conversation's platform that answers no particular message (the
+/// "queued" acknowledgement). Adapters that can post freely subscribe to these.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notice {
+    pub conversation_key: String,
+    pub text: String,
 }
 
 /// What an actor needs.
@@ -47,6 +64,9 @@ pub(super) struct Deps {
     pub store: Arc<dyn SessionStore>,
     pub agent: Arc<Agent>,
     pub idle_ttl: Duration,
+    pub busy_mode: BusyMode,
+    pub queue_cap: usize,
+    pub notices: broadcast::Sender<Notice>,
 }
 
 pub(super) struct Actor {
@@ -54,85 +74,185 @@ pub(super) struct Actor {
     pub id: u64,
     pub deps: Arc<Deps>,
     pub router: Weak<RouterInner>,
+    /// Jobs given to this actor and not yet answered (the router refuses more past the cap).
+    pub load: Arc<AtomicUsize>,
+}
+
+/// The conversation as the actor holds it between jobs.
+struct Live {
+    state: ConversationState,
+    mode: BusyMode,
+}
+
+/// What arrived while a turn ran, sorted by what must happen to it.
+#[derive(Default)]
+struct Arrivals {
+    /// The turn was cancelled by `/new`, `/reset` or a newer message (interrupt).
+    interrupted: bool,
+    /// Jobs folded into the running turn (steer); answered with its reply.
+    riders: Vec<Job>,
+    /// Jobs to answer together in one next turn (collect).
+    collected: Vec<Job>,
+    /// Commands to run as soon as the turn has ended.
+    after: Vec<Job>,
 }
 
 impl Actor {
     /// Runs until evicted (idle) or the router is gone.
     pub async fn run(self, mut mailbox: mpsc::Receiver<Job>) {
-        let mut state: Option<ConversationState> = None;
+        let mut live: Option<Live> = None;
+        let mut waiting: VecDeque<Job> = VecDeque::new();
+        let mut last_ack: Option<Instant> = None;
         loop {
-            let job = match tokio::time::timeout(self.deps.idle_ttl, mailbox.recv()).await {
-                Ok(Some(job)) => job,
-                Ok(None) => break,
-                Err(_) => {
-                    match self.router.upgrade() {
-                        Some(router) => router.evict_if_idle(&self.key, self.id),
-                        None => break,
+            let job = match waiting.pop_front() {
+                Some(job) => job,
+                None => match tokio::time::timeout(self.deps.idle_ttl, mailbox.recv()).await {
+                    Ok(Some(job)) => job,
+                    Ok(None) => break,
+                    Err(_) => {
+                        match self.router.upgrade() {
+                            Some(router) => router.evict_if_idle(&self.key, self.id),
+                            None => break,
+                        }
+                        continue;
                     }
-                    continue;
-                }
+                },
             };
-            if let Err(error) = self.process(&mut state, job).await {
+            if let Err(error) = self
+                .handle(&mut live, job, &mut mailbox, &mut waiting, &mut last_ack)
+                .await
+            {
                 // The row stays unfinished and is resumed on the next start.
                 tracing::error!(conversation = %self.key, %error, "store failed; message left for resumption");
-                state = None;
+                live = None;
+                self.load
+                    .store(waiting.len() + mailbox.len(), Ordering::SeqCst);
             }
         }
         tracing::debug!(conversation = %self.key, "actor left");
     }
 
-    async fn process(
+    async fn handle(
         &self,
-        state: &mut Option<ConversationState>,
+        live: &mut Option<Live>,
         job: Job,
+        mailbox: &mut mpsc::Receiver<Job>,
+        waiting: &mut VecDeque<Job>,
+        last_ack: &mut Option<Instant>,
     ) -> Result<(), StoreError> {
         let store = &self.deps.store;
         let attempts = store.inbox_begin_attempt(job.inbox.id).await?;
-        if state.is_none() {
-            *state = Some(self.restore(&job).await?);
+        if live.is_none() {
+            *live = Some(self.restore(&job).await?);
         }
-        let Some(state) = state.as_mut() else {
+        let Some(conversation) = live.as_mut() else {
             return Ok(());
         };
         if attempts > MAX_ATTEMPTS {
             tracing::warn!(conversation = %self.key, inbox = job.inbox.id, attempts, "giving up on a message");
-            let reply = self
-                .reply(
-                    &job,
-                    state,
-                    notice::GAVE_UP.to_owned(),
-                    Some("gave_up".into()),
-                )
-                .await?;
-            store
-                .inbox_set_state(job.inbox.id, InboxState::Failed)
-                .await?;
-            if let Some(waiter) = job.waiter {
-                let _ = waiter.send(reply);
-            }
+            let session = conversation.state.session_id.clone();
+            self.respond(
+                job,
+                &session,
+                notice::GAVE_UP.to_owned(),
+                Some("gave_up"),
+                InboxState::Failed,
+            )
+            .await?;
             return Ok(());
         }
+        match command::parse(&job.text, None) {
+            Some(Command::Retry) => {
+                match control::last_user_turn(&self.deps, &conversation.state).await? {
+                    Some((ids, text)) => {
+                        store
+                            .deactivate_messages(&conversation.state.session_id, &ids)
+                            .await?;
+                        self.turn(conversation, job, text, false, mailbox, waiting, last_ack)
+                            .await
+                    }
+                    None => {
+                        let session = conversation.state.session_id.clone();
+                        self.respond(
+                            job,
+                            &session,
+                            "There is nothing to retry.".into(),
+                            None,
+                            InboxState::Done,
+                        )
+                        .await
+                    }
+                }
+            }
+            Some(command) => {
+                let text = control::run(&self.deps, &mut conversation.state, command).await?;
+                let session = conversation.state.session_id.clone();
+                self.respond(job, &session, text, None, InboxState::Done)
+                    .await
+            }
+            None => {
+                let text = job.text.clone();
+                self.turn(conversation, job, text, true, mailbox, waiting, last_ack)
+                    .await
+            }
+        }
+    }
+
+    /// Runs a turn for `job` (its text as `text`), reading the mailbox meanwhile.
+    #[allow(clippy::too_many_arguments)]
+    async fn turn(
+        &self,
+        conversation: &mut Live,
+        job: Job,
+        text: String,
+        with_platform_id: bool,
+        mailbox: &mut mpsc::Receiver<Job>,
+        waiting: &mut VecDeque<Job>,
+        last_ack: &mut Option<Instant>,
+    ) -> Result<(), StoreError> {
         let cancel = CancellationToken::new();
+        let steering = conversation.state.steering.clone();
+        let mode = conversation.mode;
+        let session_at_start = conversation.state.session_id.clone();
         let span = tracing::info_span!(
             "turn",
             conversation = %self.key,
-            session = %state.session_id,
+            session = %session_at_start,
             source = %job.inbox.source,
         );
         let started = std::time::Instant::now();
-        tracing::info!(parent: &span, inbox = job.inbox.id, attempt = attempts, chars = job.text.chars().count(), "message received");
-        let result = tracing::Instrument::instrument(
-            self.deps.agent.run_message(
-                state,
-                &job.text,
-                Some(&job.inbox.platform_message_id),
-                &|_| {},
-                &cancel,
-            ),
-            span.clone(),
-        )
-        .await;
-        let (text, error) = match result {
+        tracing::info!(parent: &span, inbox = job.inbox.id, chars = text.chars().count(), "message received");
+        let platform_id = with_platform_id.then_some(job.inbox.platform_message_id.as_str());
+        let mut arrivals = Arrivals::default();
+        let result = {
+            let running = tracing::Instrument::instrument(
+                self.deps.agent.run_message(
+                    &mut conversation.state,
+                    &text,
+                    platform_id,
+                    &|_| {},
+                    &cancel,
+                ),
+                span.clone(),
+            );
+            tokio::pin!(running);
+            loop {
+                tokio::select! {
+                    biased;
+                    result = &mut running => break result,
+                    next = mailbox.recv() => match next {
+                        Some(next) => {
+                            self.while_busy(next, mode, &session_at_start, started, &cancel, &steering, waiting, &mut arrivals, last_ack)
+                                .await?;
+                        }
+                        // The router keeps the mailbox open while we run; if not, just finish.
+                        None => break running.await,
+                    },
+                }
+            }
+        };
+        let session = conversation.state.session_id.clone();
+        let (answer, error) = match result {
             Ok(outcome) => {
                 tracing::info!(
                     parent: &span,
@@ -145,52 +265,195 @@ impl Actor {
                 (outcome.text, None)
             }
             Err(TurnError::Store(e)) => return Err(e),
+            Err(TurnError::Cancelled) if arrivals.interrupted => (
+                "Interrupted by a newer message.".to_owned(),
+                Some("interrupted".to_owned()),
+            ),
             Err(e) => {
                 let class = match &e {
                     TurnError::Model(m) => m.class.as_str().to_owned(),
                     _ => "cancelled".to_owned(),
                 };
-                tracing::warn!(conversation = %self.key, error = %e, "turn failed");
+                tracing::warn!(parent: &span, error = %e, "turn failed");
                 (notice::turn_failed(&e), Some(class))
             }
         };
-        let reply = self.reply(&job, state, text, error).await?;
-        store
-            .inbox_set_state(job.inbox.id, InboxState::Done)
+        // Steered text the turn never reached (no tool boundary came) runs as the next turn.
+        let unread = steering.take();
+        for rider in arrivals.riders {
+            if unread.contains(&rider.text) {
+                waiting.push_front(rider);
+            } else {
+                self.respond(
+                    rider,
+                    &session,
+                    answer.clone(),
+                    error.as_deref(),
+                    InboxState::Done,
+                )
+                .await?;
+            }
+        }
+        self.respond(job, &session, answer, error.as_deref(), InboxState::Done)
             .await?;
-        if let Some(waiter) = job.waiter {
-            let _ = waiter.send(reply);
+        // Collected messages become one next turn, answered on the last of them.
+        if let Some(last) = arrivals.collected.pop() {
+            let mut texts: Vec<String> =
+                arrivals.collected.iter().map(|j| j.text.clone()).collect();
+            texts.push(last.text.clone());
+            for earlier in arrivals.collected {
+                self.respond(
+                    earlier,
+                    &session,
+                    "(Answered together with your next message.)".into(),
+                    None,
+                    InboxState::Done,
+                )
+                .await?;
+            }
+            waiting.push_front(Job {
+                text: texts.join("\n\n"),
+                ..last
+            });
+        }
+        for command in arrivals.after.into_iter().rev() {
+            waiting.push_front(command);
         }
         Ok(())
     }
 
-    /// Writes the reply to the outbox (a retried turn reuses its row: the first answer stands).
-    async fn reply(
+    /// A job that arrived while a turn runs.
+    #[allow(clippy::too_many_arguments)]
+    async fn while_busy(
         &self,
-        job: &Job,
-        state: &ConversationState,
+        next: Job,
+        mode: BusyMode,
+        session: &str,
+        started: std::time::Instant,
+        cancel: &CancellationToken,
+        steering: &agent_core::agent::Steering,
+        waiting: &mut VecDeque<Job>,
+        arrivals: &mut Arrivals,
+        last_ack: &mut Option<Instant>,
+    ) -> Result<(), StoreError> {
+        match command::parse(&next.text, None) {
+            Some(Command::Stop) => {
+                cancel.cancel();
+                self.respond(
+                    next,
+                    session,
+                    "Stopping the running turn.".into(),
+                    None,
+                    InboxState::Done,
+                )
+                .await
+            }
+            Some(Command::Help) => {
+                let help = super::command::HELP
+                    .iter()
+                    .map(|(usage, what)| format!("{usage} — {what}"))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                self.respond(next, session, help, None, InboxState::Done)
+                    .await
+            }
+            Some(Command::Status) => {
+                let text = format!(
+                    "Session {session}: a turn is running ({} s so far). /stop stops it.",
+                    started.elapsed().as_secs()
+                );
+                self.respond(next, session, text, None, InboxState::Done)
+                    .await
+            }
+            Some(Command::New(_) | Command::Reset) => {
+                cancel.cancel();
+                arrivals.interrupted = true;
+                arrivals.after.push(next);
+                Ok(())
+            }
+            Some(_) => {
+                let text =
+                    "A turn is running; send this again when it has answered, or /stop it first.";
+                self.respond(next, session, text.into(), Some("busy"), InboxState::Done)
+                    .await
+            }
+            None => match mode {
+                BusyMode::Queue => {
+                    if waiting.len() >= self.deps.queue_cap {
+                        return self
+                            .respond(
+                                next,
+                                session,
+                                "Too many messages are waiting; send this again shortly.".into(),
+                                Some("queue_full"),
+                                InboxState::Done,
+                            )
+                            .await;
+                    }
+                    if last_ack.is_none_or(|at| at.elapsed() >= ACK_EVERY) {
+                        *last_ack = Some(Instant::now());
+                        let _ = self.deps.notices.send(Notice {
+                            conversation_key: self.key.clone(),
+                            text: "Got it — I will answer once I have finished the current reply."
+                                .into(),
+                        });
+                    }
+                    waiting.push_back(next);
+                    Ok(())
+                }
+                BusyMode::Interrupt => {
+                    cancel.cancel();
+                    arrivals.interrupted = true;
+                    waiting.push_front(next);
+                    Ok(())
+                }
+                BusyMode::Steer => {
+                    steering.push(next.text.clone());
+                    arrivals.riders.push(next);
+                    Ok(())
+                }
+                BusyMode::Collect => {
+                    arrivals.collected.push(next);
+                    Ok(())
+                }
+            },
+        }
+    }
+
+    /// Writes the reply to the outbox (a retried turn reuses its row: the first answer
+    /// stands), sets the inbox row's state, and hands the reply to a waiting caller.
+    async fn respond(
+        &self,
+        job: Job,
+        session_id: &str,
         text: String,
-        error: Option<String>,
-    ) -> Result<TurnReply, StoreError> {
-        let row = self
-            .deps
-            .store
+        error: Option<&str>,
+        state: InboxState,
+    ) -> Result<(), StoreError> {
+        let store = &self.deps.store;
+        let row = store
             .outbox_enqueue(&NewOutboxItem {
                 inbox_id: Some(job.inbox.id),
                 target: job.target.clone(),
                 payload: json!({
                     "reply": text,
-                    "session_id": state.session_id,
+                    "session_id": session_id,
                     "error": error,
                     "meta": job.inbox.payload["meta"],
                 }),
             })
             .await?;
-        Ok(reply_from_row(job.inbox.id, row.id, &row.payload))
+        store.inbox_set_state(job.inbox.id, state).await?;
+        self.load.fetch_sub(1, Ordering::SeqCst);
+        if let Some(waiter) = job.waiter {
+            let _ = waiter.send(reply_from_row(job.inbox.id, row.id, &row.payload));
+        }
+        Ok(())
     }
 
-    /// The conversation from the store (created on its first message), at its current session.
-    async fn restore(&self, job: &Job) -> Result<ConversationState, StoreError> {
+    /// The conversation from the store (created on its first message), at its current
+    /// session, with its settings (`/model`, busy mode).
+    async fn restore(&self, job: &Job) -> Result<Live, StoreError> {
         let store = &self.deps.store;
         let conversation = store
             .conversation(&NewConversation::new(&self.key, &job.inbox.source))
@@ -204,7 +467,11 @@ impl Actor {
                     .id
             }
         };
-        Ok(ConversationState::new(conversation.id, session_id))
+        let mut state = ConversationState::new(conversation.id, session_id);
+        state.model = conversation.settings["model"].as_str().map(str::to_owned);
+        let mode = serde_json::from_value(conversation.settings["busy_mode"].clone())
+            .unwrap_or(self.deps.busy_mode);
+        Ok(Live { state, mode })
     }
 }
 

@@ -8,8 +8,11 @@
 //! - [`router`]: key → actor, spawned on demand, evicted when idle.
 //! - [`actor`]: one per conversation: attempts, the turn, the outbox.
 //! - [`notice`]: what the user is told when a turn fails.
+//! - [`command`]: chat commands, recognised the same way on every platform.
 
 pub mod actor;
+pub mod command;
+mod control;
 pub mod key;
 pub mod notice;
 pub mod router;
@@ -20,9 +23,11 @@ use std::time::Duration;
 use agent_core::agent::Agent;
 use agent_core::store::{InboxItem, NewInboxItem, OutboxItem, SessionStore, StoreError};
 use serde_json::json;
-use tokio::sync::oneshot;
+use tokio::sync::{broadcast, oneshot};
 
-pub use actor::{Job, TurnReply};
+use crate::config::BusyMode;
+
+pub use actor::{Job, Notice, TurnReply};
 pub use router::Router;
 
 /// A message from any platform, normalised.
@@ -73,6 +78,9 @@ pub struct RuntimeConfig {
     pub idle_ttl: Duration,
     /// Messages a conversation may have waiting.
     pub queue_cap: usize,
+    /// What happens to messages that arrive while a turn runs, unless the conversation's
+    /// settings say otherwise.
+    pub busy_mode: BusyMode,
 }
 
 impl Default for RuntimeConfig {
@@ -80,6 +88,7 @@ impl Default for RuntimeConfig {
         Self {
             idle_ttl: Duration::from_secs(30 * 60),
             queue_cap: 32,
+            busy_mode: BusyMode::Queue,
         }
     }
 }
@@ -88,18 +97,24 @@ impl Default for RuntimeConfig {
 pub struct Gateway {
     store: Arc<dyn SessionStore>,
     router: Router,
+    notices: broadcast::Sender<Notice>,
 }
 
 impl Gateway {
     pub fn new(store: Arc<dyn SessionStore>, agent: Arc<Agent>, config: RuntimeConfig) -> Self {
+        let (notices, _) = broadcast::channel(256);
         let deps = Arc::new(actor::Deps {
             store: store.clone(),
             agent,
             idle_ttl: config.idle_ttl,
+            busy_mode: config.busy_mode,
+            queue_cap: config.queue_cap,
+            notices: notices.clone(),
         });
         Self {
             store,
             router: Router::new(deps, config.queue_cap),
+            notices,
         }
     }
 
@@ -185,6 +200,11 @@ impl Gateway {
         Ok(rows
             .first()
             .map(|row| actor::reply_from_row(inbox.id, row.id, &row.payload)))
+    }
+
+    /// Side messages for platforms (the "queued" acknowledgement), from now on.
+    pub fn notices(&self) -> broadcast::Receiver<Notice> {
+        self.notices.subscribe()
     }
 
     /// Conversations with an actor in memory.

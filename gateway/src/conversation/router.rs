@@ -4,7 +4,7 @@
 //! a mailbox that is going away, and there is never more than one actor per conversation.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
@@ -14,6 +14,8 @@ use super::actor::{Actor, Deps, Job};
 struct Entry {
     id: u64,
     mailbox: mpsc::Sender<Job>,
+    /// Jobs given and not yet answered (one running, the rest waiting).
+    load: Arc<AtomicUsize>,
 }
 
 pub(super) struct RouterInner {
@@ -46,12 +48,17 @@ impl Router {
         }
     }
 
-    /// Whether `key`'s mailbox can take another message now.
+    /// Whether `key` can take another message now: one may run and `queue_cap` wait.
     pub fn has_room(&self, key: &str) -> bool {
+        let cap = self.inner.mailbox_size;
         self.inner
             .actors
             .lock()
-            .map(|actors| actors.get(key).is_none_or(|e| e.mailbox.capacity() > 0))
+            .map(|actors| {
+                actors
+                    .get(key)
+                    .is_none_or(|e| e.load.load(Ordering::SeqCst) <= cap)
+            })
             .unwrap_or(false)
     }
 
@@ -81,15 +88,18 @@ impl Router {
         if let Some(entry) = actors.get(key)
             && !entry.mailbox.is_closed()
         {
+            entry.load.fetch_add(1, Ordering::SeqCst);
             return entry.mailbox.clone();
         }
         let (tx, rx) = mpsc::channel(self.inner.mailbox_size);
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let load = Arc::new(AtomicUsize::new(1));
         let actor = Actor {
             key: key.to_owned(),
             id,
             deps: self.inner.deps.clone(),
             router: Arc::downgrade(&self.inner),
+            load: load.clone(),
         };
         tokio::spawn(actor.run(rx));
         actors.insert(
@@ -97,6 +107,7 @@ impl Router {
             Entry {
                 id,
                 mailbox: tx.clone(),
+                load,
             },
         );
         tx
@@ -114,6 +125,7 @@ impl RouterInner {
             e.id == id
                 && e.mailbox.capacity() == e.mailbox.max_capacity()
                 && e.mailbox.strong_count() == 1
+                && e.load.load(Ordering::SeqCst) == 0
         });
         if idle {
             actors.remove(key);
