@@ -73,11 +73,23 @@ pub async fn start(
         tokio::spawn(deliverer.run(stop.clone()));
         mounted = mounted.merge(webhook::router(Arc::new(WebhookState {
             gateway: gateway.clone(),
-            store,
+            store: store.clone(),
             routes,
             limiter: RateLimiter::new(config.webhook.rate_limit_per_minute),
             max_body_bytes: usize::try_from(config.webhook.max_body_bytes).unwrap_or(usize::MAX),
             sync_timeout: Duration::from_secs(config.webhook.sync_timeout_secs),
+        })));
+    }
+    if config.api.enabled {
+        let key = loaded.secret(&config.api.key_env);
+        if key.is_none() {
+            tracing::warn!(variable = %config.api.key_env, "api.enabled but its key variable is unset; every call is refused");
+        }
+        mounted = mounted.merge(crate::api::router(Arc::new(crate::api::ApiState {
+            gateway: gateway.clone(),
+            store: store.clone(),
+            key,
+            model: config.llm.model.clone(),
         })));
     }
     Ok(mounted)

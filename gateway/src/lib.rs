@@ -5,6 +5,7 @@
 //! here on `127.0.0.1:0`.
 //!
 //! # Layout
+//! - [`api`]: the OpenAI-compatible API.
 //! - [`agent`]: the agent (providers, tools, prompt, compression) from configuration.
 //! - [`cli`]: the command line and what each subcommand does.
 //! - [`daemon`]: what `iris serve` starts beside the health endpoints.
@@ -19,6 +20,7 @@
 //! - [`sessions`]: `iris sessions list|show|search`.
 
 pub mod agent;
+pub mod api;
 pub mod cli;
 pub mod config;
 pub mod conversation;

@@ -107,12 +107,17 @@ impl Turn<'_> {
     /// Adds calls, their usage and its estimated cost (at the answering provider's prices)
     /// to the session's totals.
     pub(super) async fn record_calls(
-        &self,
+        &mut self,
         calls: u32,
         usage: Option<Usage>,
         provider: usize,
     ) -> Result<(), StoreError> {
         let u = usage.unwrap_or_default();
+        self.usage.prompt_tokens += u.prompt_tokens;
+        self.usage.completion_tokens += u.completion_tokens;
+        self.usage.cache_read_tokens += u.cache_read_tokens;
+        self.usage.cache_write_tokens += u.cache_write_tokens;
+        self.usage.reasoning_tokens += u.reasoning_tokens;
         let cost = self
             .providers
             .get(provider)

@@ -192,6 +192,8 @@ pub struct TurnOutcome {
     pub context_estimated: bool,
     /// Compressions during this turn.
     pub compressions: u32,
+    /// Tokens of every call this turn made, summed (what it cost, not the context size).
+    pub usage: crate::llm::Usage,
 }
 
 /// Why a turn ended without an answer. Everything produced until then is stored.
@@ -218,6 +220,8 @@ pub(super) struct Turn<'a> {
     pub api_calls: u32,
     /// Compressions made.
     pub compressions: u32,
+    /// Every call's usage, summed.
+    pub usage: crate::llm::Usage,
     /// The provider the turn's calls start from: the one that last answered, so a main model
     /// that failed over (bad key, gone) is not asked again on every iteration.
     pub provider: usize,
@@ -321,6 +325,7 @@ impl Agent {
             deadline: Instant::now() + self.config.turn_deadline,
             api_calls: 0,
             compressions: 0,
+            usage: crate::llm::Usage::default(),
             provider: 0,
             on_event,
             cancel,
@@ -408,6 +413,7 @@ impl Turn<'_> {
                     context_tokens: self.state.context.tokens,
                     context_estimated: self.state.context.estimated,
                     compressions: self.compressions,
+                    usage: self.usage,
                 });
             }
             if !response.content.trim().is_empty() {

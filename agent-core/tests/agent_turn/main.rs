@@ -168,6 +168,11 @@ async fn a_tool_round_trip_is_persisted_message_by_message() {
         .expect("exists");
     assert_eq!(session.usage.api_call_count, 2);
     assert_eq!(session.usage.input_tokens, 280);
+    assert_eq!(
+        (outcome.usage.prompt_tokens, outcome.usage.completion_tokens),
+        (280, 15),
+        "the turn reports what all its calls used"
+    );
     assert_eq!(session.usage.output_tokens, 15);
     assert_eq!(session.tool_call_count, 2);
 

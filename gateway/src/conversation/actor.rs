@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use agent_core::agent::{Agent, ConversationState, TurnError};
+use agent_core::agent::{Agent, ConversationState, TurnError, TurnEvent};
 use agent_core::store::{
     InboxItem, InboxState, NewConversation, NewOutboxItem, SessionSpec, SessionStore, StoreError,
 };
@@ -38,6 +38,8 @@ pub struct Job {
     pub target: String,
     /// Someone waiting for the reply (a synchronous webhook call), if any.
     pub waiter: Option<oneshot::Sender<TurnReply>>,
+    /// Someone streaming the answer as it is written (the API with `stream: true`), if any.
+    pub stream: Option<mpsc::UnboundedSender<String>>,
 }
 
 /// A turn's reply, as written to the outbox.
@@ -49,6 +51,8 @@ pub struct TurnReply {
     pub text: String,
     /// Set when the turn failed or was cut short and `text` is the notice the user gets.
     pub error: Option<String>,
+    /// Tokens the turn's model calls used (prompt, completion), when it ran.
+    pub usage: Option<(u64, u64)>,
 }
 
 /// A side message for the conversation's platform that answers no particular message (the
@@ -225,12 +229,18 @@ impl Actor {
         let platform_id = with_platform_id.then_some(job.inbox.platform_message_id.as_str());
         let mut arrivals = Arrivals::default();
         let result = {
+            let stream = job.stream.clone();
+            let on_event = move |event: TurnEvent| {
+                if let (TurnEvent::Text(delta), Some(stream)) = (event, &stream) {
+                    let _ = stream.send(delta);
+                }
+            };
             let running = tracing::Instrument::instrument(
                 self.deps.agent.run_message(
                     &mut conversation.state,
                     &text,
                     platform_id,
-                    &|_| {},
+                    &on_event,
                     &cancel,
                 ),
                 span.clone(),
@@ -252,8 +262,10 @@ impl Actor {
             }
         };
         let session = conversation.state.session_id.clone();
+        let mut usage = None;
         let (answer, error) = match result {
             Ok(outcome) => {
+                usage = Some((outcome.usage.prompt_tokens, outcome.usage.completion_tokens));
                 tracing::info!(
                     parent: &span,
                     duration_ms = started.elapsed().as_millis() as u64,
@@ -294,8 +306,15 @@ impl Actor {
                 .await?;
             }
         }
-        self.respond(job, &session, answer, error.as_deref(), InboxState::Done)
-            .await?;
+        self.respond_with(
+            job,
+            &session,
+            answer,
+            error.as_deref(),
+            InboxState::Done,
+            usage,
+        )
+        .await?;
         // Collected messages become one next turn, answered on the last of them.
         if let Some(last) = arrivals.collected.pop() {
             let mut texts: Vec<String> =
@@ -430,6 +449,20 @@ impl Actor {
         error: Option<&str>,
         state: InboxState,
     ) -> Result<(), StoreError> {
+        self.respond_with(job, session_id, text, error, state, None)
+            .await
+    }
+
+    /// [`Self::respond`] with the turn's token usage.
+    async fn respond_with(
+        &self,
+        job: Job,
+        session_id: &str,
+        text: String,
+        error: Option<&str>,
+        state: InboxState,
+        usage: Option<(u64, u64)>,
+    ) -> Result<(), StoreError> {
         let store = &self.deps.store;
         let row = store
             .outbox_enqueue(&NewOutboxItem {
@@ -439,10 +472,15 @@ impl Actor {
                     "reply": text,
                     "session_id": session_id,
                     "error": error,
+                    "usage": usage.map(|(prompt, completion)| json!({"prompt_tokens": prompt, "completion_tokens": completion})),
                     "meta": job.inbox.payload["meta"],
                 }),
             })
             .await?;
+        if is_pulled(&job.target) && row.state == agent_core::store::OutboxState::Pending {
+            // Nothing pushes these: the caller reads the reply (HTTP answer, messages endpoint).
+            store.outbox_mark_delivered(row.id, &[]).await?;
+        }
         store.inbox_set_state(job.inbox.id, state).await?;
         self.load.fetch_sub(1, Ordering::SeqCst);
         if let Some(waiter) = job.waiter {
@@ -475,6 +513,12 @@ impl Actor {
     }
 }
 
+/// Targets whose replies are read by the caller (the webhook's HTTP answer and messages
+/// endpoint, the API's response) rather than pushed by a deliverer.
+pub fn is_pulled(target: &str) -> bool {
+    target.starts_with("webhook:") || target == "api"
+}
+
 /// A reply from a stored outbox payload.
 pub fn reply_from_row(inbox_id: i64, outbox_id: i64, payload: &serde_json::Value) -> TurnReply {
     TurnReply {
@@ -486,5 +530,8 @@ pub fn reply_from_row(inbox_id: i64, outbox_id: i64, payload: &serde_json::Value
             .to_owned(),
         text: payload["reply"].as_str().unwrap_or_default().to_owned(),
         error: payload["error"].as_str().map(str::to_owned),
+        usage: payload["usage"]["prompt_tokens"]
+            .as_u64()
+            .zip(payload["usage"]["completion_tokens"].as_u64()),
     }
 }

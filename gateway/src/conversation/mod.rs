@@ -31,7 +31,7 @@ pub use actor::{Job, Notice, TurnReply};
 pub use router::Router;
 
 /// A message from any platform, normalised.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Inbound {
     /// `webhook`, `api`, `telegram`, `discord`.
     pub source: String,
@@ -44,6 +44,8 @@ pub struct Inbound {
     pub target: String,
     /// Anything else the adapter wants to keep with the message (user, chat ids…).
     pub meta: serde_json::Value,
+    /// Receives the answer's text as it is written (not stored; the reply still is).
+    pub stream: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 }
 
 /// What [`Gateway::submit`] did with a message.
@@ -154,6 +156,7 @@ impl Gateway {
                     text: inbound.text,
                     target: inbound.target,
                     waiter: Some(tx),
+                    stream: inbound.stream,
                 },
             )
             .await;
@@ -187,6 +190,7 @@ impl Gateway {
                         text,
                         target,
                         waiter: None,
+                        stream: None,
                     },
                 )
                 .await;

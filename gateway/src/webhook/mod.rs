@@ -209,6 +209,7 @@ async fn submit(
             "user": message.user,
             "message_id": message_id,
         }),
+        stream: None,
     };
     let answered = |reply: &TurnReply| {
         let mut body = json!({

@@ -71,6 +71,7 @@ pub fn inbound(key: &str, id: &str, text: &str) -> Inbound {
         text: text.into(),
         target: "webhook:test".into(),
         meta: json!({}),
+        stream: None,
     }
 }
 
