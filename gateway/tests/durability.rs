@@ -3,65 +3,18 @@
 //! exactly once — one callback delivery, one reply for a repeated message id, one copy of the
 //! user's message in the conversation.
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use binary::{Iris, start};
 use serde_json::{Value, json};
 use testkit::Reply;
 use testkit::openai::FakeOpenAi;
 
+#[path = "common/binary.rs"]
+mod binary;
+
 const TOKEN: &str = "durable-token-0123456789";
-
-struct Iris {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Iris {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-async fn start(home: &Path) -> Iris {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_iris"))
-        .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("IRIS_HOME", home)
-        .env("HOOK_TOKEN", TOKEN)
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start iris");
-    let iris = Iris {
-        child,
-        base: format!("http://127.0.0.1:{port}"),
-    };
-    for _ in 0..200 {
-        if reqwest::get(format!("{}/healthz", iris.base))
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            return iris;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("iris did not come up");
-}
 
 async fn post(iris: &Iris, body: &Value) -> (u16, Value) {
     let response = reqwest::Client::new()
@@ -115,7 +68,7 @@ async fn a_sigkill_mid_turn_loses_nothing_and_answers_once() {
         "message_id": "k-1", "wait": false, "callback_url": callback,
     });
 
-    let first = start(home.path()).await;
+    let first = start(home.path(), &[("HOOK_TOKEN", TOKEN)]).await;
     let (status, body) = post(&first, &message).await;
     assert_eq!((status, body["status"].as_str()), (202, Some("accepted")));
     for _ in 0..200 {
@@ -131,7 +84,7 @@ async fn a_sigkill_mid_turn_loses_nothing_and_answers_once() {
     );
     drop(first); // SIGKILL: no shutdown path runs.
 
-    let second = start(home.path()).await;
+    let second = start(home.path(), &[("HOOK_TOKEN", TOKEN)]).await;
     for _ in 0..150 {
         if !received.lock().expect("lock").is_empty() {
             break;

@@ -53,10 +53,14 @@ async fn messages(
         .get("x-api-key")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let Some(reply) = shared.next(Recorded {
-        body,
-        authorization: key,
-    }) else {
+    let request = body.clone();
+    let Some(reply) = shared
+        .next(Recorded {
+            body,
+            authorization: key,
+        })
+        .map(|r| r.resolved(&request))
+    else {
         let body = json!({"type": "error", "error": {"type": "api_error", "message": "fake script exhausted"}});
         return (StatusCode::INTERNAL_SERVER_ERROR, Json(body)).into_response();
     };
@@ -117,7 +121,7 @@ async fn messages(
             }
             ("tool_use", true)
         }
-        Kind::Error { .. } | Kind::Hang => ("end_turn", true),
+        Kind::Error { .. } | Kind::Hang | Kind::Echo => ("end_turn", true),
     };
     if complete {
         let stop = reply

@@ -59,10 +59,14 @@ async fn complete(
         .pointer("/stream_options/include_usage")
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    let Some(reply) = shared.next(Recorded {
-        body,
-        authorization,
-    }) else {
+    let request = body.clone();
+    let Some(reply) = shared
+        .next(Recorded {
+            body,
+            authorization,
+        })
+        .map(|r| r.resolved(&request))
+    else {
         let body = json!({"error": {"message": "fake script exhausted", "type": "server_error"}});
         return (StatusCode::INTERNAL_SERVER_ERROR, Json(body)).into_response();
     };
@@ -103,7 +107,7 @@ fn whole(reply: &Reply) -> Response {
             json!({"role": "assistant", "content": reply.saying.clone().unwrap_or_default(), "tool_calls": tool_calls_json(calls)}),
             "tool_calls",
         ),
-        Kind::Error { .. } | Kind::Hang => (Value::Null, "stop"),
+        Kind::Error { .. } | Kind::Hang | Kind::Echo => (Value::Null, "stop"),
     };
     let finish = reply
         .finish_reason
@@ -165,7 +169,7 @@ fn sse(reply: &Reply, include_usage: bool) -> Response {
             }
             "tool_calls"
         }
-        Kind::Error { .. } | Kind::Hang => "stop",
+        Kind::Error { .. } | Kind::Hang | Kind::Echo => "stop",
     };
     if complete {
         let finish = reply

@@ -41,6 +41,9 @@ pub(crate) enum Kind {
     Hang,
     /// Streams this text, then closes without a finish reason or `[DONE]`.
     Dropped(String),
+    /// Answers `echo: ` and every user message of the request, joined by ` | ` (to show which
+    /// history a request carried).
+    Echo,
 }
 
 impl Reply {
@@ -83,6 +86,12 @@ impl Reply {
             body: body.into(),
             retry_after: None,
         })
+    }
+
+    /// Answers with the request's own user messages (see [`Kind::Echo`]): many conversations
+    /// can share one fake and each reply still shows whose history it saw.
+    pub fn echo() -> Self {
+        Self::new(Kind::Echo)
     }
 
     /// Never answers (to test timeouts and cancellation).
@@ -172,6 +181,42 @@ impl Shared {
         }
         self.script.lock().ok().and_then(|mut s| s.pop_front())
     }
+}
+
+impl Reply {
+    /// This reply with an echo resolved against `body` (the request), ready to render.
+    pub(crate) fn resolved(mut self, body: &Value) -> Self {
+        if matches!(self.kind, Kind::Echo) {
+            self.kind = Kind::Text {
+                text: echo_text(body),
+                chunks: 2,
+            };
+        }
+        self
+    }
+}
+
+/// `echo: ` and the text of every user message in `body["messages"]`.
+fn echo_text(body: &Value) -> String {
+    let users: Vec<String> = body["messages"]
+        .as_array()
+        .map(|messages| {
+            messages
+                .iter()
+                .filter(|m| m["role"] == "user")
+                .map(|m| match &m["content"] {
+                    Value::String(s) => s.clone(),
+                    Value::Array(parts) => parts
+                        .iter()
+                        .filter_map(|p| p["text"].as_str())
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                    _ => String::new(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    format!("echo: {}", users.join(" | "))
 }
 
 /// Splits `text` into `n` pieces on character boundaries.

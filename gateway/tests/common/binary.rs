@@ -1,0 +1,69 @@
+//! The real `iris` binary on a free port with a clean environment, killed (SIGKILL) on drop.
+#![allow(dead_code)] // each test crate uses its own part
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub struct Iris {
+    pub child: Child,
+    pub base: String,
+}
+
+impl Drop for Iris {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// Starts `iris serve` with `$IRIS_HOME = home` (its `iris.toml` is the test's) and `env`.
+pub async fn start(home: &Path, env: &[(&str, &str)]) -> Iris {
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_iris"))
+        .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("IRIS_HOME", home)
+        .env("NO_COLOR", "1")
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        // The daemon's log, for a failing test to show (`log(home)`).
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(home.join("iris.log"))
+                .map(Stdio::from)
+                .unwrap_or_else(|_| Stdio::null()),
+        )
+        .spawn()
+        .expect("start iris");
+    let iris = Iris {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+    };
+    for _ in 0..200 {
+        if reqwest::get(format!("{}/healthz", iris.base))
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return iris;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("iris did not come up");
+}
+
+/// What the daemon logged so far.
+pub fn log(home: &Path) -> String {
+    std::fs::read_to_string(home.join("iris.log")).unwrap_or_default()
+}
