@@ -314,12 +314,14 @@ fn streamed(
     include_usage: bool,
 ) -> Response {
     let created = chrono::Utc::now().timestamp();
+    let head =
+        json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model});
+    let frame = |body: &Value| Bytes::from(format!("data: {body}\n\n"));
+    let usage_head = head.clone();
     let chunk = move |delta: Value, finish: Option<&str>| {
-        let body = json!({
-            "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        });
-        Bytes::from(format!("data: {body}\n\n"))
+        let mut body = head.clone();
+        body["choices"] = json!([{"index": 0, "delta": delta, "finish_reason": finish}]);
+        frame(&body)
     };
     let events = async_stream(move |tx| async move {
         let _ = tx.send(chunk(json!({"role": "assistant", "content": ""}), None));
@@ -338,8 +340,10 @@ fn streamed(
             }
             let _ = tx.send(chunk(json!({}), Some("stop")));
             if include_usage {
-                let body = json!({"object": "chat.completion.chunk", "choices": [], "usage": usage_json(&reply)});
-                let _ = tx.send(Bytes::from(format!("data: {body}\n\n")));
+                let mut body = usage_head;
+                body["choices"] = json!([]);
+                body["usage"] = usage_json(&reply);
+                let _ = tx.send(frame(&body));
             }
         }
         let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n"));
