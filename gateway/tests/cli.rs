@@ -14,7 +14,9 @@ fn iris(home: &Path) -> Command {
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", home)
         .env("IRIS_HOME", home)
-        .env("NO_COLOR", "1");
+        .env("NO_COLOR", "1")
+        // A configured model: these tests are not about the keyless first run.
+        .env("IRIS__LLM__BASE_URL", "http://127.0.0.1:9/v1");
     cmd
 }
 
