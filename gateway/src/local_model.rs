@@ -23,10 +23,17 @@ const MODEL_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea3
 /// The local model's window (its server is started with it).
 pub const CONTEXT: u64 = 4096;
 
-/// The running local model server; killed when dropped.
+/// The running local model server; killed when dropped, or stopped with [`LocalModel::stop`].
 pub struct LocalModel {
-    _child: Child,
+    child: Child,
     pub base_url: String,
+}
+
+impl LocalModel {
+    /// Stops the server and waits for it to exit.
+    pub async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
 }
 
 /// Whether this configuration asks for the local model: the main model is the default OpenAI
@@ -83,7 +90,7 @@ pub async fn start(home: &Path) -> Result<LocalModel> {
         {
             tracing::info!(port, "local model server ready");
             return Ok(LocalModel {
-                _child: child,
+                child,
                 base_url: format!("http://127.0.0.1:{port}/v1"),
             });
         }
