@@ -37,7 +37,12 @@ async fn a_keyless_first_run_chats_with_the_local_model() {
                 .unwrap_or_default(),
         )
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        // Its log, shown when the test fails.
+        .stderr(
+            std::fs::File::create(home.path().join("iris.log"))
+                .map(Stdio::from)
+                .unwrap_or_else(|_| Stdio::null()),
+        )
         .spawn()
         .expect("start iris");
     let stdout = iris.stdout.take().expect("stdout");
@@ -58,7 +63,12 @@ async fn a_keyless_first_run_chats_with_the_local_model() {
     let curl = lines
         .iter()
         .find(|l| l.contains("/hooks/local"))
-        .unwrap_or_else(|| panic!("no curl printed: {lines:?}"))
+        .unwrap_or_else(|| {
+            panic!(
+                "no curl printed: {lines:?}\nthe daemon said:\n{}",
+                std::fs::read_to_string(home.path().join("iris.log")).unwrap_or_default()
+            )
+        })
         .clone();
     let token = curl
         .split("Bearer ")

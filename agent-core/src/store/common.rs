@@ -836,6 +836,58 @@ macro_rules! impl_session_store {
                 })
             }
 
+            async fn answer_inbox(
+                &self,
+                reply: &NewOutboxItem,
+                delivered: bool,
+                state: InboxState,
+            ) -> StoreResult<OutboxItem> {
+                let inbox_id = reply.inbox_id.ok_or_else(|| StoreError::Invalid("answer_inbox needs an inbox id".into()))?;
+                let payload = serde_json::to_string(&reply.payload)?;
+                write_tx!(self, |tx| {
+                    let now = chrono::Utc::now();
+                    // The inbox row first: an unknown one writes nothing.
+                    let done = sqlx::query("UPDATE inbox SET state = $1, updated_at = $2 WHERE id = $3")
+                        .bind(state.as_str())
+                        .bind(now)
+                        .bind(inbox_id)
+                        .execute(&mut *tx)
+                        .await?;
+                    if done.rows_affected() == 0 {
+                        return Err(StoreError::NotFound { what: "inbox row", id: inbox_id.to_string() });
+                    }
+                    let existing = sqlx::query("SELECT * FROM outbox WHERE inbox_id = $1 AND target = $2")
+                        .bind(inbox_id)
+                        .bind(&reply.target)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    let row = match existing {
+                        Some(row) => row,
+                        None => sqlx::query(
+                            "INSERT INTO outbox (inbox_id, target, payload, created_at) \
+                             VALUES ($1, $2, $3, $4) RETURNING *",
+                        )
+                        .bind(inbox_id)
+                        .bind(&reply.target)
+                        .bind(&payload)
+                        .bind(now)
+                        .fetch_one(&mut *tx)
+                        .await?,
+                    };
+                    let mut item = outbox_from_row(&row)?;
+                    if delivered && item.state == OutboxState::Pending {
+                        sqlx::query("UPDATE outbox SET state = 'delivered', delivered_at = $1 WHERE id = $2")
+                            .bind(now)
+                            .bind(item.id)
+                            .execute(&mut *tx)
+                            .await?;
+                        item.state = OutboxState::Delivered;
+                        item.delivered_at = Some(now);
+                    }
+                    item
+                })
+            }
+
             async fn outbox_begin_attempt(&self, id: i64) -> StoreResult<i64> {
                 write_tx!(self, |tx| {
                     sqlx::query_scalar::<_, i64>(

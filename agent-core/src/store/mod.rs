@@ -177,6 +177,15 @@ pub trait SessionStore: Send + Sync + 'static {
     async fn outbox_mark_failed(&self, id: i64) -> StoreResult<()>;
     /// Rows still to deliver, oldest first.
     async fn outbox_pending(&self) -> StoreResult<Vec<OutboxItem>>;
+    /// Answers an inbox row in one transaction: the reply's outbox row (an existing one for the
+    /// same inbox row and target is kept: the first answer stands), marked delivered when the
+    /// caller reads it directly, and the inbox row's new state.
+    async fn answer_inbox(
+        &self,
+        reply: &NewOutboxItem,
+        delivered: bool,
+        state: InboxState,
+    ) -> StoreResult<OutboxItem>;
     /// The replies to one inbox row (a repeated message gets its original outcome).
     async fn outbox_for_inbox(&self, inbox_id: i64) -> StoreResult<Vec<OutboxItem>>;
 

@@ -147,3 +147,87 @@ pub(crate) async fn outbox_reuses_rows_per_turn_and_target(store: Arc<dyn Sessio
     );
     assert!(delivered.delivered_at.is_some());
 }
+
+pub(crate) async fn answering_an_inbox_row_is_one_step(store: Arc<dyn SessionStore>) {
+    let inbox = store
+        .inbox_accept(&NewInboxItem {
+            source: "api".into(),
+            platform_message_id: "a1".into(),
+            conversation_key: "api:x".into(),
+            payload: json!({}),
+        })
+        .await
+        .expect("accept");
+    let reply = NewOutboxItem {
+        inbox_id: Some(inbox.item.id),
+        target: "api".into(),
+        payload: json!({"reply": "first"}),
+    };
+    let row = store
+        .answer_inbox(&reply, true, InboxState::Done)
+        .await
+        .expect("answer");
+    assert_eq!(
+        (row.state, row.payload["reply"].as_str()),
+        (OutboxState::Delivered, Some("first"))
+    );
+    assert!(row.delivered_at.is_some());
+    assert!(
+        store.inbox_unfinished().await.expect("inbox").is_empty(),
+        "the inbox row is done"
+    );
+    assert!(store.outbox_pending().await.expect("outbox").is_empty());
+    // Again (a retried turn): the first answer stands.
+    let again = store
+        .answer_inbox(
+            &NewOutboxItem {
+                payload: json!({"reply": "second"}),
+                ..reply.clone()
+            },
+            true,
+            InboxState::Done,
+        )
+        .await
+        .expect("answer again");
+    assert_eq!(
+        (again.id, again.payload["reply"].as_str()),
+        (row.id, Some("first"))
+    );
+    // A pushed reply stays pending for its deliverer.
+    let pushed = store
+        .answer_inbox(
+            &NewOutboxItem {
+                target: "callback:r|http://x".into(),
+                ..reply.clone()
+            },
+            false,
+            InboxState::Failed,
+        )
+        .await
+        .expect("pushed");
+    assert_eq!(pushed.state, OutboxState::Pending);
+    assert_eq!(store.outbox_pending().await.expect("outbox").len(), 1);
+    let read = store
+        .inbox_accept(&NewInboxItem {
+            source: "api".into(),
+            platform_message_id: "a1".into(),
+            conversation_key: "api:x".into(),
+            payload: json!({}),
+        })
+        .await
+        .expect("read back");
+    assert_eq!(read.item.state, InboxState::Failed);
+    assert!(matches!(
+        store
+            .answer_inbox(
+                &NewOutboxItem {
+                    inbox_id: Some(999_999),
+                    ..reply.clone()
+                },
+                true,
+                InboxState::Done
+            )
+            .await,
+        Err(StoreError::NotFound { .. })
+    ));
+}

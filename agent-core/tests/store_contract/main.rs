@@ -134,6 +134,7 @@ contract!(
     lineage_walks_to_root_and_family,
     inbox_deduplicates_and_tracks_attempts,
     outbox_reuses_rows_per_turn_and_target,
+    answering_an_inbox_row_is_one_step,
     sessions_list_by_conversation_and_source,
     search_finds_words_tools_and_filters,
     search_handles_cjk_substrings,

@@ -463,25 +463,27 @@ impl Actor {
         state: InboxState,
         usage: Option<(u64, u64)>,
     ) -> Result<(), StoreError> {
-        let store = &self.deps.store;
-        let row = store
-            .outbox_enqueue(&NewOutboxItem {
-                inbox_id: Some(job.inbox.id),
-                target: job.target.clone(),
-                payload: json!({
-                    "reply": text,
-                    "session_id": session_id,
-                    "error": error,
-                    "usage": usage.map(|(prompt, completion)| json!({"prompt_tokens": prompt, "completion_tokens": completion})),
-                    "meta": job.inbox.payload["meta"],
-                }),
-            })
+        // One transaction: the reply, its delivery mark when the caller reads it directly, the
+        // inbox row's state.
+        let row = self
+            .deps
+            .store
+            .answer_inbox(
+                &NewOutboxItem {
+                    inbox_id: Some(job.inbox.id),
+                    target: job.target.clone(),
+                    payload: json!({
+                        "reply": text,
+                        "session_id": session_id,
+                        "error": error,
+                        "usage": usage.map(|(prompt, completion)| json!({"prompt_tokens": prompt, "completion_tokens": completion})),
+                        "meta": job.inbox.payload["meta"],
+                    }),
+                },
+                is_pulled(&job.target),
+                state,
+            )
             .await?;
-        if is_pulled(&job.target) && row.state == agent_core::store::OutboxState::Pending {
-            // Nothing pushes these: the caller reads the reply (HTTP answer, messages endpoint).
-            store.outbox_mark_delivered(row.id, &[]).await?;
-        }
-        store.inbox_set_state(job.inbox.id, state).await?;
         self.load.fetch_sub(1, Ordering::SeqCst);
         if let Some(waiter) = job.waiter {
             let _ = waiter.send(reply_from_row(job.inbox.id, row.id, &row.payload));
