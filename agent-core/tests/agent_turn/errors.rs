@@ -1,7 +1,7 @@
 //! Every row of DESIGN.md §5's error table, driven through the loop by the fake servers
 //! answering in the provider's real error shape: what is retried, what falls back, what stops,
 //! and that the per-turn deadline bounds the retries. (Context overflow and 413 are in
-//! `compaction`; 401 fallback and 502/503 retries in `main`.)
+//! `compaction`; 502/503 retries in `main`.)
 
 use agent_core::agent::retry::RetryPolicy;
 use agent_core::llm::anthropic::{AnthropicConfig, AnthropicProvider};
@@ -34,8 +34,13 @@ fn fell_back_after(events: &Mutex<Vec<TurnEvent>>) -> Vec<ErrorClass> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn billing_missing_models_and_bad_requests_fall_back() {
+async fn auth_billing_missing_models_and_bad_requests_fall_back() {
     let cases = [
+        (
+            401,
+            r#"{"error":{"message":"Incorrect API key provided","code":"invalid_api_key"}}"#,
+            ErrorClass::Auth,
+        ),
         (
             402,
             r#"{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota"}}"#,

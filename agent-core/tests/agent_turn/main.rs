@@ -229,42 +229,6 @@ async fn server_errors_are_retried_and_counted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn auth_failure_falls_back_to_the_next_provider() {
-    let main = FakeOpenAi::start([Reply::error(401, r#"{"error":{"message":"bad key"}}"#)])
-        .await
-        .expect("fake");
-    let backup = FakeOpenAi::start([Reply::text("from the backup")])
-        .await
-        .expect("fake");
-    let mut s = setup(
-        vec![provider(&main, "main"), provider(&backup, "backup-model")],
-        90,
-    )
-    .await;
-    let (events, on_event) = recorder();
-    let outcome = s
-        .agent
-        .run_turn(&mut s.state, USER, &on_event, &CancellationToken::new())
-        .await
-        .expect("turn");
-    assert_eq!(outcome.text, "from the backup");
-    assert_eq!(
-        main.requests().len(),
-        1,
-        "auth errors are not retried on the same provider"
-    );
-    assert!(
-        events
-            .lock()
-            .expect("lock")
-            .contains(&TurnEvent::Retry(RetryNotice::FallingBack {
-                to_model: "backup-model".into(),
-                after: ErrorClass::Auth
-            }))
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_iteration_limit_ends_with_one_call_without_tools() {
     let fake = FakeOpenAi::start([
         Reply::tool_calls([("clock", "{}")]),
