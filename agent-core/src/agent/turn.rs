@@ -274,17 +274,15 @@ impl Agent {
         on_event: &(dyn Fn(TurnEvent) + Send + Sync),
         cancel: &CancellationToken,
     ) -> Result<TurnOutcome, TurnError> {
-        let resumed = match platform_message_id {
-            Some(id) => self
-                .store
-                .messages(&state.session_id)
-                .await?
-                .iter()
-                .any(|m| {
-                    m.body.role == Role::User && m.body.platform_message_id.as_deref() == Some(id)
-                }),
-            None => false,
-        };
+        // The history is read once, before the new message is stored (one actor writes to a
+        // session, so nothing can come between).
+        let stored = self.store.messages(&state.session_id).await?;
+        let resumed = platform_message_id.is_some_and(|id| {
+            stored.iter().any(|m| {
+                m.body.role == Role::User && m.body.platform_message_id.as_deref() == Some(id)
+            })
+        });
+        let mut messages = chat_history(&stored);
         if resumed {
             tracing::info!(session = %state.session_id, "resuming a turn an earlier attempt started");
         } else {
@@ -293,9 +291,9 @@ impl Agent {
             self.store
                 .append_messages(&state.session_id, &[message])
                 .await?;
+            messages.push(ChatMessage::text(Role::User, user_text));
         }
         let mut turn = self.begin(state, on_event, cancel).await?;
-        let messages = turn.load_messages().await?;
         turn.run(messages).await
     }
 
@@ -333,20 +331,18 @@ impl Agent {
     }
 }
 
+/// Stored messages as the model sees them. A call whose results never got stored (a crash
+/// mid-tools) is answered with a stub, so every provider accepts the history.
+fn chat_history(stored: &[crate::store::Message]) -> Vec<ChatMessage> {
+    let messages = stored.iter().filter_map(history::to_chat).collect();
+    crate::compress::assemble::sanitize_tool_pairs(messages)
+}
+
 impl Turn<'_> {
-    /// The current session's messages as the model sees them. A call whose results never
-    /// got stored (a crash mid-tools) is answered with a stub, so every provider accepts the
-    /// history.
+    /// The current session's messages as the model sees them (see [`chat_history`]).
     pub(super) async fn load_messages(&self) -> Result<Vec<ChatMessage>, TurnError> {
-        let messages = self
-            .agent
-            .store
-            .messages(&self.state.session_id)
-            .await?
-            .iter()
-            .filter_map(history::to_chat)
-            .collect();
-        Ok(crate::compress::assemble::sanitize_tool_pairs(messages))
+        let stored = self.agent.store.messages(&self.state.session_id).await?;
+        Ok(chat_history(&stored))
     }
 
     fn tool_context(&self) -> ToolContext {
