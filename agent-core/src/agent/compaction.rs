@@ -116,6 +116,16 @@ impl Turn<'_> {
         })
     }
 
+    /// The rough size of a request over `messages` with the tool schemas, without building it.
+    fn estimate(&self, messages: &[ChatMessage]) -> u64 {
+        let system = self
+            .state
+            .system_prompt
+            .as_deref()
+            .filter(|s| !s.is_empty());
+        estimate::parts(system, messages, &self.agent.tools.schemas())
+    }
+
     /// The threshold for automatic compression, or `None` when it is off or paused.
     fn auto_threshold(&self) -> Option<u64> {
         let compressor = self.agent.compressor.as_ref()?;
@@ -136,7 +146,7 @@ impl Turn<'_> {
             return Ok(());
         };
         for _ in 0..PREFLIGHT_PASSES {
-            let size = estimate::request(&self.request(messages.clone(), true));
+            let size = self.estimate(messages);
             if size <= threshold {
                 break;
             }
@@ -279,7 +289,7 @@ impl Turn<'_> {
         *messages = compacted.messages.clone();
         self.state.session_id = session.id.clone();
         self.state.system_prompt = Some(prompt);
-        self.state.context.tokens = estimate::request(&self.request(messages.clone(), true));
+        self.state.context.tokens = self.estimate(messages);
         self.state.context.estimated = true;
         self.compressions += 1;
         let saved = compacted.saved();

@@ -16,8 +16,12 @@ const TOKENS_PER_MESSAGE: u64 = 4;
 
 /// Estimated prompt tokens of a whole request.
 pub fn request(request: &ChatRequest) -> u64 {
-    let system = request.system.as_deref().map_or(0, str::len);
-    tokens(system) + messages(&request.messages) + tools(&request.tools)
+    parts(request.system.as_deref(), &request.messages, &request.tools)
+}
+
+/// Estimated prompt tokens of a request made of these parts (no request needs building).
+pub fn parts(system: Option<&str>, history: &[ChatMessage], schemas: &[ToolSchema]) -> u64 {
+    tokens(system.map_or(0, str::len)) + messages(history) + tools(schemas)
 }
 
 /// Estimated tokens of some messages.
