@@ -106,10 +106,9 @@ async fn run(agent: &Agent, store: &Arc<dyn SessionStore>, turns: usize, tag: &s
                 .start_session(c.id, &SessionSpec::default())
                 .await
                 .expect("session");
-            state = Some(ConversationState {
-                system_prompt: Some("You are a helpful assistant.".into()),
-                ..ConversationState::new(c.id, s.id)
-            });
+            let mut fresh = ConversationState::new(c.id, s.id);
+            fresh.system_prompt = Some("You are a helpful assistant.".into());
+            state = Some(fresh);
         }
         let Some(state) = &mut state else {
             unreachable!("set on the first turn")

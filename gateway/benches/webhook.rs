@@ -16,7 +16,7 @@ use agent_core::agent::{Agent, PromptBuilder, TurnConfig};
 use agent_core::llm::{
     ChatProvider, ChatRequest, ChatResponse, FinishReason, LlmError, ModelSpec, StreamEvent, Usage,
 };
-use agent_core::store::{SessionStore, SqliteStore};
+use agent_core::store::{SearchQuery, SessionStore, SqliteStore};
 use agent_core::tools::ToolRegistry;
 use gateway::conversation::{Gateway, Inbound, RuntimeConfig, Submission};
 use gateway::webhook::auth::RouteAuth;
@@ -152,6 +152,49 @@ async fn drive(url: &str, concurrency: usize, seconds: f64) -> Run {
     }
 }
 
+/// While the load runs: every 250 ms one more conversation sends a message with a word found
+/// nowhere else, and once it is answered, searches for it every 5 ms. Returns, per probe, how
+/// long after it was sent the message was searchable (its turn plus the background indexer's
+/// lag under load: an upper bound on persisted-to-searchable).
+async fn search_lag(url: String, store: Arc<dyn SessionStore>, seconds: f64) -> Vec<Duration> {
+    let client = reqwest::Client::new();
+    let until = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut lags = Vec::new();
+    let mut n = 0;
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        n += 1;
+        let word = format!("probe{n}x{}", fastrand::u64(..));
+        let body = serde_json::json!({"conversation": "probe", "user": "u", "text": word});
+        let sent = Instant::now();
+        let answered = client
+            .post(&url)
+            .bearer_auth(TOKEN)
+            .json(&body)
+            .send()
+            .await;
+        if !answered.is_ok_and(|r| r.status().is_success()) {
+            panic!("probe message {n} was not answered");
+        }
+        let query = SearchQuery {
+            text: word.clone(),
+            ..SearchQuery::default()
+        };
+        loop {
+            let hits = store.search(&query).await.expect("search");
+            if !hits.is_empty() {
+                lags.push(sent.elapsed());
+                break;
+            }
+            if sent.elapsed() > Duration::from_secs(30) {
+                panic!("probe {word} not searchable 30 s after it was sent");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    lags
+}
+
 fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
@@ -168,10 +211,22 @@ fn main() {
         return;
     }
     let mut seconds = 5.0;
+    let mut levels = vec![1, 100, 1000];
+    let mut idle = true;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
-        if a == "--seconds" {
-            seconds = args.next().and_then(|v| v.parse().ok()).unwrap_or(seconds);
+        match a.as_str() {
+            "--seconds" => {
+                seconds = args.next().and_then(|v| v.parse().ok()).unwrap_or(seconds);
+            }
+            // `--concurrency 100`: only that level, and no idle-memory pass (for profiling).
+            "--concurrency" => {
+                if let Some(n) = args.next().and_then(|v| v.parse().ok()) {
+                    levels = vec![n];
+                    idle = false;
+                }
+            }
+            _ => {}
         }
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -187,7 +242,8 @@ fn main() {
         .await;
         println!("| concurrent conversations | server | turns | turns/s | p50 ms | p99 ms | Iris ÷ bare |");
         println!("|---|---|---|---|---|---|---|");
-        for concurrency in [1, 100, 1000] {
+        let mut lags = Vec::new();
+        for concurrency in levels.iter().copied() {
             let dir = tempfile::tempdir().expect("dir");
             let (gateway, store) = gateway(dir.path()).await;
             let routes: HashMap<String, RouteAuth> = [(
@@ -201,7 +257,7 @@ fn main() {
             .collect();
             let iris = serve(webhook::router(Arc::new(WebhookState {
                 gateway,
-                store,
+                store: store.clone(),
                 routes,
                 limiter: RateLimiter::new(u32::MAX),
                 max_body_bytes: 1 << 20,
@@ -209,7 +265,13 @@ fn main() {
             })))
             .await;
             let base = drive(&format!("{bare}/hooks/bench"), concurrency, seconds).await;
+            let probe = tokio::spawn(search_lag(
+                format!("{iris}/hooks/bench"),
+                store.clone(),
+                seconds,
+            ));
             let run = drive(&format!("{iris}/hooks/bench"), concurrency, seconds).await;
+            let lag = probe.await.expect("probe");
             let rate = |r: &Run| r.turns as f64 / r.seconds;
             for (name, r) in [("bare axum", &base), ("iris", &run)] {
                 println!(
@@ -221,6 +283,21 @@ fn main() {
                     if name == "iris" { format!("{:.3}", rate(&run) / rate(&base)) } else { String::new() }
                 );
             }
+            lags.push((concurrency, lag));
+        }
+        println!();
+        println!("| concurrent conversations | probes | sent → searchable: p50 ms | max ms |");
+        println!("|---|---|---|---|");
+        for (concurrency, mut lag) in lags {
+            lag.sort();
+            let at = |q: f64| {
+                lag.get(((lag.len() as f64 * q) as usize).min(lag.len().saturating_sub(1)))
+                    .map_or(f64::NAN, |d| d.as_secs_f64() * 1e3)
+            };
+            println!("| {concurrency} | {} | {:.0} | {:.0} |", lag.len(), at(0.5), at(1.0));
+        }
+        if !idle {
+            return;
         }
 
         // Memory of idle resident conversations: one answered message each, actors kept.

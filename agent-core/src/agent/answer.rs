@@ -80,10 +80,7 @@ impl Turn<'_> {
         let finish_text = finish.as_ref().map(|f| f.as_str().to_owned());
         let answer =
             history::assistant(&text, &[], finish_text, usage.map(|u| u.completion_tokens));
-        self.agent
-            .store
-            .append_messages(&self.state.session_id, &[answer])
-            .await?;
+        self.store_messages(&[answer]).await?;
         Ok(text)
     }
 }

@@ -92,16 +92,16 @@ impl Turn<'_> {
 
     /// Stores answer text cut short (by a cancel: `interrupted`; by moderation:
     /// `content_filter`), so the transcript shows what the user saw.
-    pub(super) async fn store_cut_text(&self, text: &str, reason: &str) -> Result<(), StoreError> {
+    pub(super) async fn store_cut_text(
+        &mut self,
+        text: &str,
+        reason: &str,
+    ) -> Result<(), StoreError> {
         if text.trim().is_empty() {
             return Ok(());
         }
         let message = history::assistant(text, &[], Some(reason.to_owned()), None);
-        self.agent
-            .store
-            .append_messages(&self.state.session_id, &[message])
-            .await
-            .map(drop)
+        self.store_messages(&[message]).await.map(drop)
     }
 
     /// Adds calls, their usage and its estimated cost (at the answering provider's prices)

@@ -10,7 +10,11 @@ use crate::store::{Message, NewMessage, Role};
 /// The model's view of a stored message. System messages are left out (the system prompt is
 /// sent separately).
 pub fn to_chat(message: &Message) -> Option<ChatMessage> {
-    let body = &message.body;
+    body_to_chat(&message.body)
+}
+
+/// [`to_chat`] of a message's body (what a message is before it is stored).
+pub fn body_to_chat(body: &NewMessage) -> Option<ChatMessage> {
     if body.role == Role::System {
         return None;
     }

@@ -86,6 +86,48 @@ pub struct ConversationState {
     pub model: Option<String>,
     /// Messages to fold into the running turn at its next tool boundary (busy mode `steer`).
     pub steering: Steering,
+    /// The session's history as the model sees it, kept between turns (see [`CachedHistory`]).
+    history: Option<CachedHistory>,
+}
+
+/// A session's stored history as the model sees it, kept by the conversation's state so a turn
+/// does not read the whole session back from the store (at a hundred turns a session that read
+/// was most of a turn's cost). It is exactly what [`chat_history`] of a fresh read gives: it is
+/// filled by one read and then extended by the same conversion of every message the loop
+/// stores. It belongs to one session: a state on another session reads afresh, and whoever
+/// deactivates messages calls [`ConversationState::forget_history`].
+#[derive(Debug, Clone, PartialEq)]
+struct CachedHistory {
+    session_id: String,
+    /// Stored non-system messages, converted ([`history::body_to_chat`]), before tool-pair repair.
+    messages: Vec<ChatMessage>,
+    /// `platform_message_id`s of the stored user messages (to recognise a resumed turn).
+    platform_ids: Vec<String>,
+}
+
+impl CachedHistory {
+    fn new(session_id: &str, stored: &[crate::store::Message]) -> Self {
+        let mut cached = Self {
+            session_id: session_id.to_owned(),
+            messages: Vec::with_capacity(stored.len()),
+            platform_ids: Vec::new(),
+        };
+        for message in stored {
+            cached.push(&message.body);
+        }
+        cached
+    }
+
+    fn push(&mut self, body: &NewMessage) {
+        if let Some(chat) = history::body_to_chat(body) {
+            self.messages.push(chat);
+        }
+        if body.role == Role::User
+            && let Some(id) = &body.platform_message_id
+        {
+            self.platform_ids.push(id.clone());
+        }
+    }
 }
 
 /// Text for the running turn, pushed from outside while it runs (busy mode `steer`) and taken
@@ -133,7 +175,60 @@ impl ConversationState {
             context: ContextState::default(),
             model: None,
             steering: Steering::default(),
+            history: None,
         }
+    }
+
+    /// Drops the kept history: the next turn reads the session from the store. Call it after
+    /// changing the session's stored messages outside the loop (deactivating them).
+    pub fn forget_history(&mut self) {
+        self.history = None;
+    }
+
+    /// The kept history of the current session, if any (what the next turn sends before tool-pair
+    /// repair). For tests that check it against the store.
+    pub fn kept_history(&self) -> Option<&[ChatMessage]> {
+        self.history
+            .as_ref()
+            .filter(|h| h.session_id == self.session_id)
+            .map(|h| h.messages.as_slice())
+    }
+
+    /// The current session's history, read from the store unless it is kept.
+    async fn history(
+        &mut self,
+        store: &dyn crate::store::SessionStore,
+    ) -> Result<&CachedHistory, StoreError> {
+        let kept = self
+            .history
+            .as_ref()
+            .is_some_and(|h| h.session_id == self.session_id);
+        if !kept {
+            let stored = store.messages(&self.session_id).await?;
+            self.history = Some(CachedHistory::new(&self.session_id, &stored));
+        }
+        self.history
+            .as_ref()
+            .ok_or_else(|| StoreError::Invalid("history was not kept".into()))
+    }
+
+    /// Stores `messages` in the current session and keeps them in the history.
+    pub(super) async fn append(
+        &mut self,
+        store: &dyn crate::store::SessionStore,
+        messages: &[NewMessage],
+    ) -> Result<Vec<i64>, StoreError> {
+        let ids = store.append_messages(&self.session_id, messages).await?;
+        if let Some(kept) = self
+            .history
+            .as_mut()
+            .filter(|h| h.session_id == self.session_id)
+        {
+            for message in messages {
+                kept.push(message);
+            }
+        }
+        Ok(ids)
     }
 }
 
@@ -274,23 +369,18 @@ impl Agent {
         on_event: &(dyn Fn(TurnEvent) + Send + Sync),
         cancel: &CancellationToken,
     ) -> Result<TurnOutcome, TurnError> {
-        // The history is read once, before the new message is stored (one actor writes to a
-        // session, so nothing can come between).
-        let stored = self.store.messages(&state.session_id).await?;
-        let resumed = platform_message_id.is_some_and(|id| {
-            stored.iter().any(|m| {
-                m.body.role == Role::User && m.body.platform_message_id.as_deref() == Some(id)
-            })
-        });
-        let mut messages = chat_history(&stored);
+        // The history before the new message is stored (one actor writes to a session, so
+        // nothing can come between); kept in the state between turns.
+        let history = state.history(self.store.as_ref()).await?;
+        let resumed =
+            platform_message_id.is_some_and(|id| history.platform_ids.iter().any(|p| p == id));
+        let mut messages = repair(history.messages.clone());
         if resumed {
             tracing::info!(session = %state.session_id, "resuming a turn an earlier attempt started");
         } else {
             let mut message = NewMessage::text(Role::User, user_text);
             message.platform_message_id = platform_message_id.map(str::to_owned);
-            self.store
-                .append_messages(&state.session_id, &[message])
-                .await?;
+            state.append(self.store.as_ref(), &[message]).await?;
             messages.push(ChatMessage::text(Role::User, user_text));
         }
         let mut turn = self.begin(state, on_event, cancel).await?;
@@ -331,18 +421,25 @@ impl Agent {
     }
 }
 
-/// Stored messages as the model sees them. A call whose results never got stored (a crash
+/// Stored messages as the model sees them: a call whose results never got stored (a crash
 /// mid-tools) is answered with a stub, so every provider accepts the history.
-fn chat_history(stored: &[crate::store::Message]) -> Vec<ChatMessage> {
-    let messages = stored.iter().filter_map(history::to_chat).collect();
+fn repair(messages: Vec<ChatMessage>) -> Vec<ChatMessage> {
     crate::compress::assemble::sanitize_tool_pairs(messages)
 }
 
 impl Turn<'_> {
-    /// The current session's messages as the model sees them (see [`chat_history`]).
-    pub(super) async fn load_messages(&self) -> Result<Vec<ChatMessage>, TurnError> {
-        let stored = self.agent.store.messages(&self.state.session_id).await?;
-        Ok(chat_history(&stored))
+    /// The current session's messages as the model sees them (see [`repair`]).
+    pub(super) async fn load_messages(&mut self) -> Result<Vec<ChatMessage>, TurnError> {
+        let history = self.state.history(self.agent.store.as_ref()).await?;
+        Ok(repair(history.messages.clone()))
+    }
+
+    /// Stores messages in the current session (and the kept history).
+    pub(super) async fn store_messages(
+        &mut self,
+        messages: &[NewMessage],
+    ) -> Result<Vec<i64>, StoreError> {
+        self.state.append(self.agent.store.as_ref(), messages).await
     }
 
     fn tool_context(&self) -> ToolContext {
@@ -420,18 +517,13 @@ impl Turn<'_> {
                 .as_ref()
                 .map(|f| f.as_str().to_owned());
             let tokens = response.usage.map(|u| u.completion_tokens);
-            self.agent
-                .store
-                .append_messages(
-                    &self.state.session_id,
-                    &[history::assistant(
-                        &response.content,
-                        &calls,
-                        finish,
-                        tokens,
-                    )],
-                )
-                .await?;
+            self.store_messages(&[history::assistant(
+                &response.content,
+                &calls,
+                finish,
+                tokens,
+            )])
+            .await?;
             messages.push(ChatMessage {
                 role: Role::Assistant,
                 content: Some(response.content),
@@ -462,10 +554,7 @@ impl Turn<'_> {
             .iter()
             .map(|text| NewMessage::text(Role::User, text))
             .collect();
-        self.agent
-            .store
-            .append_messages(&self.state.session_id, &stored)
-            .await?;
+        self.store_messages(&stored).await?;
         messages.extend(
             steered
                 .into_iter()
@@ -493,7 +582,7 @@ impl Turn<'_> {
     /// Runs independent calls together, each bounded by the tool timeout, and stores their
     /// results (a cancelled tool's result says so).
     async fn run_tools(
-        &self,
+        &mut self,
         calls: &[crate::llm::ToolCall],
         messages: &mut Vec<ChatMessage>,
     ) -> Result<(), TurnError> {
@@ -525,10 +614,7 @@ impl Turn<'_> {
             .zip(&outputs)
             .map(|(call, out)| history::tool_result(call, &out.content))
             .collect();
-        agent
-            .store
-            .append_messages(&self.state.session_id, &results)
-            .await?;
+        self.store_messages(&results).await?;
         for (call, out) in calls.iter().zip(outputs) {
             messages.push(ChatMessage {
                 tool_call_id: Some(call.id.clone()),

@@ -6,11 +6,15 @@
 //! page of trait bounds), so [`impl_session_store!`] expands the shared `SessionStore` methods
 //! for each backend. A backend supplies the parts that differ as inherent methods:
 //!
+//! - `write_gate()`: held for a whole write transaction (SQLite: the process's one write permit,
+//!   shared with the group-commit writer; PostgreSQL: nothing);
 //! - `begin_write()`: a write transaction (SQLite: `BEGIN IMMEDIATE` on the single writer);
 //! - `read_pool()`: where reads go;
 //! - `is_retryable(&StoreError)`: which failures a write retries (SQLite busy/locked,
 //!   PostgreSQL serialization failures) with jittered backoff;
-//! - `append_impl()`: appends messages (SQLite does it in one round trip);
+//! - `append_impl()`, `add_usage_impl()`, `inbox_accept_impl()`, `inbox_begin_attempt_impl()`,
+//!   `inbox_set_state_impl()`, `answer_inbox_impl()`: a turn's hot writes (SQLite commits them
+//!   in batches across conversations, see `group_commit`);
 //! - `after_append()`: a hook after messages are committed (SQLite wakes its indexer);
 //! - `ping_impl`, `migrate_impl`, `migration_status_impl`, `search_impl`, `sync_index_impl`.
 
@@ -47,6 +51,7 @@ macro_rules! write_tx {
         let mut attempt: u32 = 0;
         loop {
             let result: $crate::store::StoreResult<_> = async {
+                let _gate = $self.write_gate().await?;
                 #[allow(unused_mut)]
                 let mut $tx = $self.begin_write().await?;
                 let value = $body;
@@ -638,30 +643,7 @@ macro_rules! impl_session_store {
             }
 
             async fn add_usage(&self, session_id: &str, usage: &SessionUsage) -> StoreResult<()> {
-                write_tx!(self, |tx| {
-                    let done = sqlx::query(
-                        "UPDATE sessions SET input_tokens = input_tokens + $1, \
-                         output_tokens = output_tokens + $2, \
-                         cache_read_tokens = cache_read_tokens + $3, \
-                         cache_write_tokens = cache_write_tokens + $4, \
-                         reasoning_tokens = reasoning_tokens + $5, \
-                         estimated_cost_usd = estimated_cost_usd + $6, \
-                         api_call_count = api_call_count + $7 WHERE id = $8",
-                    )
-                    .bind(usage.input_tokens)
-                    .bind(usage.output_tokens)
-                    .bind(usage.cache_read_tokens)
-                    .bind(usage.cache_write_tokens)
-                    .bind(usage.reasoning_tokens)
-                    .bind(usage.estimated_cost_usd)
-                    .bind(usage.api_call_count)
-                    .bind(session_id)
-                    .execute(&mut *tx)
-                    .await?;
-                    if done.rows_affected() == 0 {
-                        return Err(StoreError::NotFound { what: "session", id: session_id.to_owned() });
-                    }
-                })
+                self.add_usage_impl(session_id, usage).await
             }
 
             async fn lineage(&self, session_id: &str) -> StoreResult<Vec<Session>> {
@@ -744,58 +726,15 @@ macro_rules! impl_session_store {
             }
 
             async fn inbox_accept(&self, item: &NewInboxItem) -> StoreResult<InboxAccept> {
-                let payload = serde_json::to_string(&item.payload)?;
-                write_tx!(self, |tx| {
-                    let now = chrono::Utc::now();
-                    let inserted = sqlx::query(
-                        "INSERT INTO inbox (source, platform_message_id, conversation_key, payload, \
-                         received_at, updated_at) VALUES ($1, $2, $3, $4, $5, $5) \
-                         ON CONFLICT (source, platform_message_id) DO NOTHING",
-                    )
-                    .bind(&item.source)
-                    .bind(&item.platform_message_id)
-                    .bind(&item.conversation_key)
-                    .bind(&payload)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?;
-                    let row = sqlx::query(
-                        "SELECT * FROM inbox WHERE source = $1 AND platform_message_id = $2",
-                    )
-                    .bind(&item.source)
-                    .bind(&item.platform_message_id)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                    InboxAccept { item: inbox_from_row(&row)?, fresh: inserted.rows_affected() == 1 }
-                })
+                self.inbox_accept_impl(item).await
             }
 
             async fn inbox_begin_attempt(&self, id: i64) -> StoreResult<i64> {
-                write_tx!(self, |tx| {
-                    sqlx::query_scalar::<_, i64>(
-                        "UPDATE inbox SET attempts = attempts + 1, state = 'processing', updated_at = $1 \
-                         WHERE id = $2 RETURNING attempts",
-                    )
-                    .bind(chrono::Utc::now())
-                    .bind(id)
-                    .fetch_optional(&mut *tx)
-                    .await?
-                    .ok_or_else(|| StoreError::NotFound { what: "inbox row", id: id.to_string() })?
-                })
+                self.inbox_begin_attempt_impl(id).await
             }
 
             async fn inbox_set_state(&self, id: i64, state: InboxState) -> StoreResult<()> {
-                write_tx!(self, |tx| {
-                    let done = sqlx::query("UPDATE inbox SET state = $1, updated_at = $2 WHERE id = $3")
-                        .bind(state.as_str())
-                        .bind(chrono::Utc::now())
-                        .bind(id)
-                        .execute(&mut *tx)
-                        .await?;
-                    if done.rows_affected() == 0 {
-                        return Err(StoreError::NotFound { what: "inbox row", id: id.to_string() });
-                    }
-                })
+                self.inbox_set_state_impl(id, state).await
             }
 
             async fn inbox_unfinished(&self) -> StoreResult<Vec<InboxItem>> {
@@ -842,50 +781,7 @@ macro_rules! impl_session_store {
                 delivered: bool,
                 state: InboxState,
             ) -> StoreResult<OutboxItem> {
-                let inbox_id = reply.inbox_id.ok_or_else(|| StoreError::Invalid("answer_inbox needs an inbox id".into()))?;
-                let payload = serde_json::to_string(&reply.payload)?;
-                write_tx!(self, |tx| {
-                    let now = chrono::Utc::now();
-                    // The inbox row first: an unknown one writes nothing.
-                    let done = sqlx::query("UPDATE inbox SET state = $1, updated_at = $2 WHERE id = $3")
-                        .bind(state.as_str())
-                        .bind(now)
-                        .bind(inbox_id)
-                        .execute(&mut *tx)
-                        .await?;
-                    if done.rows_affected() == 0 {
-                        return Err(StoreError::NotFound { what: "inbox row", id: inbox_id.to_string() });
-                    }
-                    let existing = sqlx::query("SELECT * FROM outbox WHERE inbox_id = $1 AND target = $2")
-                        .bind(inbox_id)
-                        .bind(&reply.target)
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                    let row = match existing {
-                        Some(row) => row,
-                        None => sqlx::query(
-                            "INSERT INTO outbox (inbox_id, target, payload, created_at) \
-                             VALUES ($1, $2, $3, $4) RETURNING *",
-                        )
-                        .bind(inbox_id)
-                        .bind(&reply.target)
-                        .bind(&payload)
-                        .bind(now)
-                        .fetch_one(&mut *tx)
-                        .await?,
-                    };
-                    let mut item = outbox_from_row(&row)?;
-                    if delivered && item.state == OutboxState::Pending {
-                        sqlx::query("UPDATE outbox SET state = 'delivered', delivered_at = $1 WHERE id = $2")
-                            .bind(now)
-                            .bind(item.id)
-                            .execute(&mut *tx)
-                            .await?;
-                        item.state = OutboxState::Delivered;
-                        item.delivered_at = Some(now);
-                    }
-                    item
-                })
+                self.answer_inbox_impl(reply, delivered, state).await
             }
 
             async fn outbox_begin_attempt(&self, id: i64) -> StoreResult<i64> {

@@ -13,16 +13,19 @@
 //! - `common`, `rows`: the statements and row mappers both backends share.
 //! - `ids`: session ids and lineage-numbered titles.
 //! - `search_text`: turns what a user typed into safe terms, and builds snippets.
-//! - `sqlite`, `postgres`: the two backends.
+//! - `sqlite`, `postgres`: the two backends; `sqlite_writes` and `group_commit`: SQLite's hot
+//!   writes (a turn's rows), committed in batches across conversations.
 
 #[macro_use]
 mod rows;
 #[macro_use]
 mod common;
+mod group_commit;
 mod ids;
 mod postgres;
 mod search_text;
 mod sqlite;
+mod sqlite_writes;
 pub mod types;
 
 use std::path::PathBuf;
@@ -57,11 +60,33 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
+    /// SQLite itself, on the SQLite store's group-commit path (`code` is SQLite's extended
+    /// result code when there is one).
+    #[error("database error: {message}")]
+    Sqlite { code: Option<i32>, message: String },
     #[error("stored JSON is invalid: {0}")]
     Json(#[from] serde_json::Error),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
+
+impl StoreError {
+    fn sqlite(message: impl Into<String>) -> Self {
+        Self::Sqlite {
+            code: None,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(err: rusqlite::Error) -> Self {
+        Self::Sqlite {
+            code: err.sqlite_error().map(|e| e.extended_code),
+            message: err.to_string(),
+        }
+    }
+}
 
 /// A rotation: end the conversation's current session and start its successor, atomically.
 #[derive(Debug, Clone, PartialEq)]

@@ -57,6 +57,11 @@ impl PostgresStore {
         self.recent_window = messages.max(1);
     }
 
+    /// PostgreSQL takes row locks; there is no process-wide write gate.
+    async fn write_gate(&self) -> super::StoreResult<()> {
+        Ok(())
+    }
+
     async fn begin_write(&self) -> sqlx::Result<sqlx::Transaction<'static, Postgres>> {
         self.pool.begin().await
     }
@@ -84,6 +89,162 @@ impl PostgresStore {
     ) -> super::StoreResult<Vec<i64>> {
         write_tx!(self, |tx| {
             Self::append_in(&mut tx, session_id, messages).await?
+        })
+    }
+
+    // A turn's hot writes: SQLite batches them (`sqlite_writes`); here each is a transaction.
+
+    async fn add_usage_impl(&self, session_id: &str, usage: &SessionUsage) -> StoreResult<()> {
+        write_tx!(self, |tx| {
+            let done = sqlx::query(
+                "UPDATE sessions SET input_tokens = input_tokens + $1, \
+                 output_tokens = output_tokens + $2, \
+                 cache_read_tokens = cache_read_tokens + $3, \
+                 cache_write_tokens = cache_write_tokens + $4, \
+                 reasoning_tokens = reasoning_tokens + $5, \
+                 estimated_cost_usd = estimated_cost_usd + $6, \
+                 api_call_count = api_call_count + $7 WHERE id = $8",
+            )
+            .bind(usage.input_tokens)
+            .bind(usage.output_tokens)
+            .bind(usage.cache_read_tokens)
+            .bind(usage.cache_write_tokens)
+            .bind(usage.reasoning_tokens)
+            .bind(usage.estimated_cost_usd)
+            .bind(usage.api_call_count)
+            .bind(session_id)
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() == 0 {
+                return Err(StoreError::NotFound {
+                    what: "session",
+                    id: session_id.to_owned(),
+                });
+            }
+        })
+    }
+
+    async fn inbox_accept_impl(&self, item: &NewInboxItem) -> StoreResult<InboxAccept> {
+        let payload = serde_json::to_string(&item.payload)?;
+        write_tx!(self, |tx| {
+            let now = chrono::Utc::now();
+            let inserted = sqlx::query(
+                "INSERT INTO inbox (source, platform_message_id, conversation_key, payload, \
+                 received_at, updated_at) VALUES ($1, $2, $3, $4, $5, $5) \
+                 ON CONFLICT (source, platform_message_id) DO NOTHING",
+            )
+            .bind(&item.source)
+            .bind(&item.platform_message_id)
+            .bind(&item.conversation_key)
+            .bind(&payload)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            let row =
+                sqlx::query("SELECT * FROM inbox WHERE source = $1 AND platform_message_id = $2")
+                    .bind(&item.source)
+                    .bind(&item.platform_message_id)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            InboxAccept {
+                item: inbox_from_row(&row)?,
+                fresh: inserted.rows_affected() == 1,
+            }
+        })
+    }
+
+    async fn inbox_begin_attempt_impl(&self, id: i64) -> StoreResult<i64> {
+        write_tx!(self, |tx| {
+            sqlx::query_scalar::<_, i64>(
+                "UPDATE inbox SET attempts = attempts + 1, state = 'processing', updated_at = $1 \
+                 WHERE id = $2 RETURNING attempts",
+            )
+            .bind(chrono::Utc::now())
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "inbox row",
+                id: id.to_string(),
+            })?
+        })
+    }
+
+    async fn inbox_set_state_impl(&self, id: i64, state: InboxState) -> StoreResult<()> {
+        write_tx!(self, |tx| {
+            let done = sqlx::query("UPDATE inbox SET state = $1, updated_at = $2 WHERE id = $3")
+                .bind(state.as_str())
+                .bind(chrono::Utc::now())
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            if done.rows_affected() == 0 {
+                return Err(StoreError::NotFound {
+                    what: "inbox row",
+                    id: id.to_string(),
+                });
+            }
+        })
+    }
+
+    async fn answer_inbox_impl(
+        &self,
+        reply: &NewOutboxItem,
+        delivered: bool,
+        state: InboxState,
+    ) -> StoreResult<OutboxItem> {
+        let inbox_id = reply
+            .inbox_id
+            .ok_or_else(|| StoreError::Invalid("answer_inbox needs an inbox id".into()))?;
+        let payload = serde_json::to_string(&reply.payload)?;
+        write_tx!(self, |tx| {
+            let now = chrono::Utc::now();
+            // The inbox row first: an unknown one writes nothing.
+            let done = sqlx::query("UPDATE inbox SET state = $1, updated_at = $2 WHERE id = $3")
+                .bind(state.as_str())
+                .bind(now)
+                .bind(inbox_id)
+                .execute(&mut *tx)
+                .await?;
+            if done.rows_affected() == 0 {
+                return Err(StoreError::NotFound {
+                    what: "inbox row",
+                    id: inbox_id.to_string(),
+                });
+            }
+            let existing = sqlx::query("SELECT * FROM outbox WHERE inbox_id = $1 AND target = $2")
+                .bind(inbox_id)
+                .bind(&reply.target)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let row = match existing {
+                Some(row) => row,
+                None => {
+                    sqlx::query(
+                        "INSERT INTO outbox (inbox_id, target, payload, created_at) \
+                     VALUES ($1, $2, $3, $4) RETURNING *",
+                    )
+                    .bind(inbox_id)
+                    .bind(&reply.target)
+                    .bind(&payload)
+                    .bind(now)
+                    .fetch_one(&mut *tx)
+                    .await?
+                }
+            };
+            let mut item = outbox_from_row(&row)?;
+            if delivered && item.state == OutboxState::Pending {
+                sqlx::query(
+                    "UPDATE outbox SET state = 'delivered', delivered_at = $1 WHERE id = $2",
+                )
+                .bind(now)
+                .bind(item.id)
+                .execute(&mut *tx)
+                .await?;
+                item.state = OutboxState::Delivered;
+                item.delivered_at = Some(now);
+            }
+            item
         })
     }
 

@@ -7,8 +7,8 @@
 //!
 //! Full-text indexing is the expensive part of a write, so it is not done by triggers on the
 //! turn's path: a background indexer copies new messages into the FTS5 `unicode61` index in
-//! small batches through the same writer, woken after each append (search lags by well under a
-//! second). Only messages with CJK text also go to the `trigram` index, which costs about five
+//! small batches through the group-commit writer, woken after each append (search lags by well
+//! under a second). Only messages with CJK text also go to the `trigram` index, which costs about five
 //! times as much per row.
 
 use std::path::{Path, PathBuf};
@@ -17,16 +17,18 @@ use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, Sqlite, SqlitePool};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use super::group_commit::GroupCommit;
 use super::search_text::{self, Terms};
+use super::sqlite_writes;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 
 /// Messages indexed per indexer transaction: small enough that an append waits at most a few
 /// tens of milliseconds behind it.
-const INDEX_BATCH: i64 = 512;
+const INDEX_BATCH: u64 = 512;
 /// How long the indexer waits after a wake-up to gather more appends into one batch.
 const INDEX_DEBOUNCE: Duration = Duration::from_millis(20);
 /// The indexer also runs on this period, in case another process appended.
@@ -36,7 +38,11 @@ const INDEX_PERIOD: Duration = Duration::from_millis(500);
 pub struct SqliteStore {
     path: PathBuf,
     writer: SqlitePool,
+    /// One permit: held by every write of this process (sqlx's and the group commit's).
+    gate: Arc<Semaphore>,
     reader: SqlitePool,
+    /// A turn's hot writes, committed in batches on the writer connection.
+    commits: GroupCommit,
     index_wake: Arc<Notify>,
     stop: CancellationToken,
 }
@@ -66,10 +72,12 @@ impl SqliteStore {
         let store = Self::connect(path).await?;
         store.migrate_impl().await?;
         // Prove the file is writable now rather than at the first user message.
+        let gate = store.write_gate().await?;
         sqlx::query("UPDATE search_index_state SET last_id = last_id WHERE name = 'messages'")
             .execute(&store.writer)
             .await
             .map_err(|e| unwritable(&store.path, e))?;
+        drop(gate);
         store.spawn_indexer();
         Ok(store)
     }
@@ -104,10 +112,14 @@ impl SqliteStore {
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(30))
             .connect_lazy_with(options.read_only(true));
+        let gate = Arc::new(Semaphore::new(1));
+        let commits = GroupCommit::start(&path, gate.clone()).map_err(|e| unwritable(&path, e))?;
         Ok(Self {
             path,
             writer,
+            gate,
             reader: store_reader,
+            commits,
             index_wake: Arc::new(Notify::new()),
             stop: CancellationToken::new(),
         })
@@ -118,6 +130,15 @@ impl SqliteStore {
         &self.path
     }
 
+    /// The write gate, held for the whole of one sqlx write (see `group_commit`).
+    async fn write_gate(&self) -> super::StoreResult<OwnedSemaphorePermit> {
+        self.gate
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| super::StoreError::sqlite("the store's write gate is closed"))
+    }
+
     async fn begin_write(&self) -> sqlx::Result<sqlx::Transaction<'static, Sqlite>> {
         self.writer.begin_with("BEGIN IMMEDIATE").await
     }
@@ -126,8 +147,11 @@ impl SqliteStore {
         &self.reader
     }
 
-    fn is_retryable(err: &super::StoreError) -> bool {
+    pub(super) fn is_retryable(err: &super::StoreError) -> bool {
         match err {
+            super::StoreError::Sqlite {
+                code: Some(code), ..
+            } => matches!(code & 0xff, 5 | 6),
             super::StoreError::Database(sqlx::Error::Database(db)) => {
                 // SQLITE_BUSY (5) and SQLITE_LOCKED (6), with their extended codes.
                 db.code()
@@ -139,49 +163,76 @@ impl SqliteStore {
         }
     }
 
-    /// Appends in one round trip to the writer: `BEGIN IMMEDIATE; INSERT … RETURNING id;
-    /// UPDATE sessions …; COMMIT` as one multi-statement query. Each statement is a hop to
-    /// sqlx's SQLite worker thread, and at one message per append those hops, not SQLite,
-    /// were most of the cost. Larger appends take the general path.
+    /// Appends through the group-commit writer (see `group_commit`).
     async fn append_impl(
         &self,
         session_id: &str,
         messages: &[super::NewMessage],
     ) -> super::StoreResult<Vec<i64>> {
-        if messages.is_empty() || messages.len() > super::common::APPEND_CHUNK {
-            return write_tx!(self, |tx| {
-                Self::append_in(&mut tx, session_id, messages).await?
-            });
-        }
-        let mut attempt = 0;
-        loop {
-            let mut conn = self.writer.acquire().await?;
-            let mut sql = sqlx::QueryBuilder::<Sqlite>::new("BEGIN IMMEDIATE; ");
-            push_insert_messages(&mut sql, session_id, messages, chrono::Utc::now())?;
-            sql.push("; ");
-            push_counter_update(&mut sql, session_id, messages);
-            sql.push("; COMMIT");
-            let result: sqlx::Result<Vec<i64>> =
-                sql.build_query_scalar().fetch_all(&mut *conn).await;
-            let err = match result {
-                Ok(mut ids) => {
-                    ids.sort_unstable();
-                    return Ok(ids);
-                }
-                Err(err) => super::StoreError::Database(err),
-            };
-            // Whatever failed, leave no transaction open on the shared writer.
-            if let Err(rollback) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
-                tracing::trace!(error = %rollback, "nothing to roll back");
-            }
-            drop(conn);
-            if attempt < super::common::MAX_WRITE_RETRIES && Self::is_retryable(&err) {
-                attempt += 1;
-                tokio::time::sleep(super::common::retry_delay(attempt)).await;
-                continue;
-            }
-            return Err(err);
-        }
+        let session_id = session_id.to_owned();
+        let messages = messages.to_vec();
+        self.commits
+            .write(move |db| sqlite_writes::append(db, &session_id, &messages))
+            .await
+    }
+
+    async fn add_usage_impl(
+        &self,
+        session_id: &str,
+        usage: &super::SessionUsage,
+    ) -> super::StoreResult<()> {
+        let session_id = session_id.to_owned();
+        let usage = *usage;
+        self.commits
+            .write(move |db| sqlite_writes::add_usage(db, &session_id, &usage))
+            .await
+    }
+
+    async fn inbox_accept_impl(
+        &self,
+        item: &super::NewInboxItem,
+    ) -> super::StoreResult<super::InboxAccept> {
+        let payload = serde_json::to_string(&item.payload)?;
+        let item = item.clone();
+        self.commits
+            .write(move |db| sqlite_writes::inbox_accept(db, &item, &payload))
+            .await
+    }
+
+    async fn inbox_begin_attempt_impl(&self, id: i64) -> super::StoreResult<i64> {
+        self.commits
+            .write(move |db| sqlite_writes::inbox_begin_attempt(db, id))
+            .await
+    }
+
+    async fn inbox_set_state_impl(
+        &self,
+        id: i64,
+        state: super::InboxState,
+    ) -> super::StoreResult<()> {
+        self.commits
+            .write(move |db| sqlite_writes::inbox_set_state(db, id, state))
+            .await
+    }
+
+    async fn answer_inbox_impl(
+        &self,
+        reply: &super::NewOutboxItem,
+        delivered: bool,
+        state: super::InboxState,
+    ) -> super::StoreResult<super::OutboxItem> {
+        let answer = sqlite_writes::Answer {
+            inbox_id: reply.inbox_id.ok_or_else(|| {
+                super::StoreError::Invalid("answer_inbox needs an inbox id".into())
+            })?,
+            target: reply.target.clone(),
+            payload: serde_json::to_string(&reply.payload)?,
+            delivered,
+            state,
+        };
+        self.commits
+            .write(move |db| sqlite_writes::answer_inbox(db, &answer))
+            .await
     }
 
     fn after_append(&self) {
@@ -194,6 +245,7 @@ impl SqliteStore {
     }
 
     async fn migrate_impl(&self) -> super::StoreResult<()> {
+        let _gate = self.write_gate().await?;
         MIGRATOR.run(&self.writer).await?;
         Ok(())
     }
@@ -219,7 +271,7 @@ impl SqliteStore {
     }
 
     fn spawn_indexer(&self) {
-        let writer = self.writer.clone();
+        let commits = self.commits.clone();
         let wake = self.index_wake.clone();
         let stop = self.stop.clone();
         tokio::spawn(async move {
@@ -230,8 +282,8 @@ impl SqliteStore {
                     () = tokio::time::sleep(INDEX_PERIOD) => {}
                 }
                 loop {
-                    match index_batch(&writer).await {
-                        Ok(n) if n < INDEX_BATCH as u64 => break,
+                    match index_batch(&commits).await {
+                        Ok(n) if n < INDEX_BATCH => break,
                         Ok(_) => tokio::task::yield_now().await,
                         Err(err) => {
                             tracing::warn!(error = %err, "search indexer failed; will retry");
@@ -249,9 +301,9 @@ impl SqliteStore {
     async fn sync_index_impl(&self) -> super::StoreResult<u64> {
         let mut total = 0;
         loop {
-            let n = index_batch(&self.writer).await?;
+            let n = index_batch(&self.commits).await?;
             total += n;
-            if n < INDEX_BATCH as u64 {
+            if n < INDEX_BATCH {
                 return Ok(total);
             }
         }
@@ -360,62 +412,12 @@ fn push_substring_terms(sql: &mut sqlx::QueryBuilder<Sqlite>, terms: &[String]) 
     }
 }
 
-/// Indexes up to [`INDEX_BATCH`] messages past the high-water mark; returns how many.
-async fn index_batch(writer: &SqlitePool) -> super::StoreResult<u64> {
-    let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
-    let last: i64 =
-        sqlx::query_scalar("SELECT last_id FROM search_index_state WHERE name = 'messages'")
-            .fetch_one(&mut *tx)
-            .await?;
-    let rows = sqlx::query(
-        "SELECT id, content, tool_name, tool_calls FROM messages WHERE id > $1 ORDER BY id LIMIT $2",
-    )
-    .bind(last)
-    .bind(INDEX_BATCH)
-    .fetch_all(&mut *tx)
-    .await?;
-    let Some(high) = rows.last().map(|r| r.try_get::<i64, _>("id")).transpose()? else {
-        return Ok(0);
-    };
-    sqlx::query(
-        "INSERT INTO messages_fts (rowid, content, tool_name, tool_calls) \
-         SELECT id, content, tool_name, tool_calls FROM messages WHERE id > $1 AND id <= $2",
-    )
-    .bind(last)
-    .bind(high)
-    .execute(&mut *tx)
-    .await?;
-    let mut cjk = Vec::new();
-    for row in &rows {
-        let fields: [Option<String>; 3] = [
-            row.try_get("content")?,
-            row.try_get("tool_name")?,
-            row.try_get("tool_calls")?,
-        ];
-        if fields
-            .iter()
-            .flatten()
-            .any(|t| search_text::contains_cjk(t))
-        {
-            cjk.push(row.try_get::<i64, _>("id")?);
-        }
-    }
-    if !cjk.is_empty() {
-        sqlx::query(
-            "INSERT INTO messages_trigram (rowid, content, tool_name, tool_calls) \
-             SELECT id, content, tool_name, tool_calls FROM messages \
-             WHERE id IN (SELECT value FROM json_each($1))",
-        )
-        .bind(serde_json::to_string(&cjk)?)
-        .execute(&mut *tx)
-        .await?;
-    }
-    sqlx::query("UPDATE search_index_state SET last_id = $1 WHERE name = 'messages'")
-        .bind(high)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(rows.len() as u64)
+/// Indexes up to [`INDEX_BATCH`] messages past the high-water mark, in the writer's next batch;
+/// returns how many.
+async fn index_batch(commits: &GroupCommit) -> super::StoreResult<u64> {
+    commits
+        .write(|db| sqlite_writes::index_batch(db, INDEX_BATCH))
+        .await
 }
 
 impl std::fmt::Debug for SqliteStore {

@@ -80,12 +80,22 @@ pub(crate) async fn setup(providers: Vec<Arc<dyn ChatProvider>>, max_iterations:
             todo: None,
             config,
         },
-        state: ConversationState {
-            system_prompt: Some("You are terse.".into()),
-            ..ConversationState::new(conversation_id, session_id)
+        state: {
+            let mut state = ConversationState::new(conversation_id, session_id);
+            state.system_prompt = Some("You are terse.".into());
+            state
         },
         dir,
     }
+}
+
+/// The current session's active messages, read from the store.
+pub(crate) async fn stored(s: &Setup) -> Vec<agent_core::store::Message> {
+    s.agent
+        .store
+        .messages(&s.state.session_id)
+        .await
+        .expect("messages")
 }
 
 pub(crate) fn recorder() -> (Arc<Mutex<Vec<TurnEvent>>>, impl Fn(TurnEvent) + Send + Sync) {

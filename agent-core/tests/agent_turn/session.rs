@@ -177,3 +177,83 @@ async fn without_usage_the_context_size_is_estimated() {
         outcome.context_tokens
     );
 }
+
+/// The history a state keeps between turns is exactly what a fresh read of the store gives,
+/// through tool rounds; a second state on the same session starts with none; after messages
+/// are deactivated and the history forgotten, the next turn sends what the store now holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kept_history_is_what_the_store_holds() {
+    let fake = FakeOpenAi::start([
+        Reply::tool_calls([("clock", "{}")]).usage(100, 10),
+        Reply::text("It is noon.").usage(150, 5),
+        Reply::text("Second answer.").usage(160, 5),
+        Reply::tool_calls([("clock", "{}")]).usage(170, 5),
+        Reply::text("Third answer.").usage(180, 5),
+        Reply::text("After the undo.").usage(120, 5),
+    ])
+    .await
+    .expect("fake");
+    let mut s = setup(vec![provider(&fake, "main")], 90).await;
+    let cancel = CancellationToken::new();
+    let from_store = |stored: &[agent_core::store::Message]| -> Vec<agent_core::llm::ChatMessage> {
+        stored
+            .iter()
+            .filter_map(agent_core::agent::history::to_chat)
+            .collect()
+    };
+    for text in ["first", "second", "third"] {
+        s.agent
+            .run_message(&mut s.state, text, Some(text), &|_| {}, &cancel)
+            .await
+            .expect("turn");
+        let now = stored(&s).await;
+        assert_eq!(
+            s.state.kept_history(),
+            Some(from_store(&now).as_slice()),
+            "after the {text} turn"
+        );
+    }
+    assert_eq!(
+        s.state.kept_history().map(<[_]>::len),
+        Some(10),
+        "3 user messages, 2 tool rounds, 3 answers"
+    );
+
+    // A second state on the same session (a restored actor) starts from the store.
+    let other = ConversationState::new(s.state.conversation_id, s.state.session_id.clone());
+    assert_eq!(other.kept_history(), None);
+
+    // Forget the last exchange in the store; the next turn must not send it.
+    let now = stored(&s).await;
+    let from_third: Vec<i64> = now
+        .iter()
+        .skip_while(|m| m.body.content.as_deref() != Some("third"))
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(from_third.len(), 4, "third, its tool round and its answer");
+    s.agent
+        .store
+        .deactivate_messages(&s.state.session_id, &from_third)
+        .await
+        .expect("deactivate");
+    s.state.forget_history();
+    s.agent
+        .run_message(&mut s.state, "fourth", Some("fourth"), &|_| {}, &cancel)
+        .await
+        .expect("turn");
+    let sent = &fake.requests()[5].body["messages"];
+    let contents: Vec<&str> = sent
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert!(
+        !contents.contains(&"third")
+            && contents.contains(&"second")
+            && contents.last() == Some(&"fourth"),
+        "the turn after the undo sent {contents:?}"
+    );
+    let now = stored(&s).await;
+    assert_eq!(s.state.kept_history(), Some(from_store(&now).as_slice()));
+}

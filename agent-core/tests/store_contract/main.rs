@@ -135,6 +135,7 @@ contract!(
     inbox_deduplicates_and_tracks_attempts,
     outbox_reuses_rows_per_turn_and_target,
     answering_an_inbox_row_is_one_step,
+    a_failing_write_among_concurrent_ones_fails_alone,
     sessions_list_by_conversation_and_source,
     search_finds_words_tools_and_filters,
     search_handles_cjk_substrings,

@@ -172,6 +172,7 @@ impl Actor {
                         store
                             .deactivate_messages(&conversation.state.session_id, &ids)
                             .await?;
+                        conversation.state.forget_history();
                         self.turn(conversation, job, text, false, mailbox, waiting, last_ack)
                             .await
                     }

@@ -142,6 +142,7 @@ pub(super) async fn run(
         Command::Undo => match last_exchange(deps, state).await? {
             Some(ids) => {
                 store.deactivate_messages(&state.session_id, &ids).await?;
+                state.forget_history();
                 "Forgot the last exchange.".into()
             }
             None => "There is nothing to undo.".into(),
