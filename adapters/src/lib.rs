@@ -1,5 +1,11 @@
 //! Chat platforms: the `Platform` trait and the Telegram and Discord adapters (each behind a
-//! cargo feature), plus the platform-neutral message types the gateway and the adapters share.
+//! cargo feature), plus the platform-neutral pieces the gateway and the adapters share. It must
+//! never depend on `agent-core`.
 //!
-//! Empty for now: the foundation issue lays out the workspace, and the Telegram and Discord
-//! issues fill this crate. It must never depend on `agent-core`.
+//! # Layout
+//! - [`split`]: long replies into parts a platform accepts (code fences kept whole, `(i/n)`).
+//! - [`telegram`] (feature `telegram`): the model's Markdown as Telegram HTML.
+
+pub mod split;
+#[cfg(feature = "telegram")]
+pub mod telegram;
