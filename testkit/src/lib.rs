@@ -6,12 +6,12 @@
 //! - [`mcp`]: a small MCP server (official SDK) over streamable HTTP and stdio.
 //! - [`openai`]: a scripted OpenAI-compatible chat-completions server (SSE framing as
 //!   llama.cpp and OpenAI send it), recording every request.
-//!
-//! The Telegram Bot API and Discord fakes come with their adapters.
+//! - [`telegram`]: the Telegram Bot API methods teloxide calls, with long polling and faults.
 
 pub mod anthropic;
 pub mod mcp;
 pub mod openai;
 mod script;
+pub mod telegram;
 
 pub use script::{Recorded, Reply};
