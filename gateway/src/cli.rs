@@ -173,15 +173,8 @@ async fn serve(mut loaded: Loaded, args: ServeArgs) -> Result<()> {
         None
     };
     let config = &loaded.config;
-    for (enabled, name) in [
-        (config.telegram.enabled, "telegram"),
-        (config.discord.enabled, "discord"),
-    ] {
-        if enabled {
-            bail!(
-                "{name}.enabled = true, but this build has no {name} adapter yet; set it to false"
-            );
-        }
+    if config.discord.enabled {
+        bail!("discord.enabled = true, but this build has no discord adapter yet; set it to false");
     }
     let bind = args.bind.unwrap_or_else(|| config.server.bind.clone());
     let url = loaded.store_url();

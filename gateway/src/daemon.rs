@@ -1,5 +1,6 @@
 //! What `iris serve` runs beside the health endpoints: the agent, the conversation runtime
-//! (resuming what a previous run left unanswered), the webhook and its callback delivery.
+//! (resuming what a previous run left unanswered), the webhook and its callback delivery, the
+//! Telegram adapter.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -7,7 +8,7 @@ use std::time::Duration;
 
 use agent_core::redact::Redactor;
 use agent_core::store::SessionStore;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use axum::Router;
 use tokio_util::sync::CancellationToken;
 
@@ -79,6 +80,27 @@ pub async fn start(
             max_body_bytes: usize::try_from(config.webhook.max_body_bytes).unwrap_or(usize::MAX),
             sync_timeout: Duration::from_secs(config.webhook.sync_timeout_secs),
         })));
+    }
+    if config.telegram.enabled {
+        if config.telegram.mode == crate::config::TelegramMode::Webhook {
+            anyhow::bail!(
+                "telegram.mode = \"webhook\" is not available in this build yet; use \"polling\""
+            );
+        }
+        let token = loaded.secret(&config.telegram.token_env).with_context(|| {
+            format!(
+                "telegram.enabled = true, but ${} (telegram.token_env) is unset",
+                config.telegram.token_env
+            )
+        })?;
+        crate::telegram::start(
+            &config.telegram,
+            &token,
+            gateway.clone(),
+            store.clone(),
+            stop.clone(),
+        )
+        .await?;
     }
     if config.api.enabled {
         let key = loaded.secret(&config.api.key_env);

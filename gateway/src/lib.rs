@@ -32,6 +32,7 @@ pub mod logging;
 pub mod providers;
 pub mod server;
 pub mod sessions;
+pub mod telegram;
 pub mod tools;
 pub mod webhook;
 

@@ -1,10 +1,15 @@
-//! Telegram: what the adapter sends, formatted and split for the Bot API.
+//! Telegram through teloxide's Bot API client.
 //!
+//! - [`inbound`]: updates as normalised messages, with the group mention gate.
 //! - [`html`]: the model's Markdown as Telegram HTML.
 //! - [`reply_parts`]: a reply as the messages to send (split first, then formatted, so no
-//!   entity is cut).
+//!   entity is cut); [`send`] sends them, with the plain-text and rate-limit fallbacks.
 
 pub mod html;
+pub mod inbound;
+pub mod send;
+
+pub use teloxide_core::Bot;
 
 use crate::split;
 

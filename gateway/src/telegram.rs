@@ -1,0 +1,398 @@
+//! The Telegram adapter at run time (long polling).
+//!
+//! One loop polls `getUpdates`; every update of a batch is normalised, authorised, gated and
+//! written to the inbox before the next call's `offset` confirms the batch to Telegram, so a
+//! crash between the two only makes Telegram send the batch again — and the inbox runs each
+//! message once. Replies are written to the outbox by the conversation actors and sent by one
+//! deliverer (also the rows a previous run left pending), marked delivered with Telegram's
+//! message ids. While a turn runs the chat shows "typing…".
+//!
+//! Access fails closed: only `telegram.allowed_users` (ids or @usernames) are answered; others
+//! are refused silently and logged. Groups are answered only when the bot is addressed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use adapters::telegram::Bot;
+use adapters::telegram::inbound::{BotIdentity, Incoming, normalize};
+use adapters::telegram::send::{Destination, keep_typing, send_reply};
+use agent_core::store::{InboxState, NewInboxItem, NewOutboxItem, OutboxItem, SessionStore};
+use anyhow::{Context, Result};
+use serde_json::json;
+use teloxide_core::prelude::*;
+use teloxide_core::types::BotCommand;
+use teloxide_core::{ApiError, RequestError};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::TelegramConfig;
+use crate::conversation::key::{Place, conversation_key};
+use crate::conversation::{Gateway, Inbound, Submission, SubmitError};
+
+const SOURCE: &str = "telegram";
+const TARGET_PREFIX: &str = "telegram:";
+/// Seconds a `getUpdates` call waits for updates.
+const POLL_TIMEOUT: u32 = 25;
+/// How often pending replies are looked for besides the ones handed over.
+const SWEEP: Duration = Duration::from_secs(3);
+/// Delivery attempts per reply before it is marked failed.
+const MAX_ATTEMPTS: i64 = 8;
+const GREETING: &str = "Hi! I'm Iris. Send me a message and I'll answer. /help lists the commands.";
+
+/// Starts polling and delivery; returns once the bot is known (`getMe`).
+pub async fn start(
+    config: &TelegramConfig,
+    token: &str,
+    gateway: Arc<Gateway>,
+    store: Arc<dyn SessionStore>,
+    stop: CancellationToken,
+) -> Result<()> {
+    let url = config
+        .api_url
+        .parse()
+        .with_context(|| format!("telegram.api_url {:?} is not a URL", config.api_url))?;
+    let bot = Bot::new(token).set_api_url(url);
+    let me = bot
+        .get_me()
+        .await
+        .context("telegram: getMe failed (is the token right and the API reachable?)")?;
+    let identity = BotIdentity {
+        id: me.user.id.0,
+        username: me.user.username.clone().unwrap_or_default(),
+    };
+    tracing::info!(bot = %identity.username, "telegram connected (long polling)");
+    // Polling and a webhook exclude each other; pending updates are kept.
+    if let Err(error) = bot.delete_webhook().await {
+        tracing::warn!(%error, "telegram: deleteWebhook failed");
+    }
+    if let Err(error) = bot.set_my_commands(commands()).await {
+        tracing::warn!(%error, "telegram: setMyCommands failed");
+    }
+    let (deliveries, queue) = mpsc::unbounded_channel();
+    let adapter = Arc::new(Adapter {
+        bot,
+        identity,
+        allowed: config.allowed_users.clone(),
+        gateway,
+        store,
+        deliveries,
+    });
+    tokio::spawn(adapter.clone().deliver(queue, stop.clone()));
+    tokio::spawn(adapter.poll(stop));
+    Ok(())
+}
+
+/// The commands shown in Telegram's menu (DESIGN.md §9).
+fn commands() -> Vec<BotCommand> {
+    [
+        ("new", "Start a new session"),
+        ("status", "Session, model, context and cost"),
+        ("stop", "Stop the running turn"),
+        ("retry", "Run the last message again"),
+        ("undo", "Forget the last exchange"),
+        ("compress", "Compress the context now"),
+        ("resume", "List or resume earlier sessions"),
+        ("branch", "Branch this session"),
+        ("title", "Name this session"),
+        ("search", "Search past conversations"),
+        ("model", "Show or switch the model"),
+        ("help", "What I can do"),
+    ]
+    .into_iter()
+    .map(|(name, about)| BotCommand::new(name, about))
+    .collect()
+}
+
+struct Adapter {
+    bot: Bot,
+    identity: BotIdentity,
+    allowed: Vec<String>,
+    gateway: Arc<Gateway>,
+    store: Arc<dyn SessionStore>,
+    deliveries: mpsc::UnboundedSender<OutboxItem>,
+}
+
+impl Adapter {
+    /// Polls until `stop`; the offset moves past a batch only once all of it is in the inbox.
+    async fn poll(self: Arc<Self>, stop: CancellationToken) {
+        let mut offset: i32 = 0;
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            let call = self.bot.get_updates().offset(offset).timeout(POLL_TIMEOUT);
+            let result = tokio::select! {
+                () = stop.cancelled() => return,
+                result = call.send() => result,
+            };
+            let wait = match result {
+                Ok(updates) => {
+                    backoff = Duration::from_secs(1);
+                    let mut next = offset;
+                    let mut failed = false;
+                    for update in &updates {
+                        if let Err(error) = self.accept(update).await {
+                            tracing::error!(%error, update = update.id.0, "telegram: could not store an update; it will be fetched again");
+                            failed = true;
+                            break;
+                        }
+                        next = i32::try_from(update.id.0).map_or(next, |id| id.saturating_add(1));
+                    }
+                    offset = next;
+                    if !failed {
+                        continue;
+                    }
+                    Duration::from_secs(2)
+                }
+                Err(RequestError::Api(ApiError::TerminatedByOtherGetUpdates)) => {
+                    tracing::error!(
+                        retry_in_secs = backoff.as_secs(),
+                        "telegram: another process is polling this bot token (409 Conflict); only one may. Stop the other one"
+                    );
+                    backoff
+                }
+                Err(error) => {
+                    tracing::warn!(%error, retry_in_secs = backoff.as_secs(), "telegram: getUpdates failed");
+                    backoff
+                }
+            };
+            backoff = (backoff * 2).min(Duration::from_secs(60));
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// One update: into the inbox and to its conversation, or refused. `Err` only when it could
+    /// not be stored (the batch is then fetched again).
+    async fn accept(&self, update: &teloxide_core::types::Update) -> Result<(), SubmitError> {
+        let Some(message) = normalize(update, &self.identity) else {
+            return Ok(());
+        };
+        if !self.is_allowed(&message) {
+            tracing::info!(
+                user = message.user_id,
+                username = message.username.as_deref().unwrap_or(""),
+                chat = message.chat_id,
+                "telegram: refused a message from a user not in telegram.allowed_users"
+            );
+            return Ok(());
+        }
+        if !message.addressed {
+            tracing::debug!(
+                chat = message.chat_id,
+                "telegram: group message not addressed to the bot"
+            );
+            return Ok(());
+        }
+        let destination = Destination {
+            chat_id: message.chat_id,
+            topic_id: message.topic_id,
+            reply_to: (!message.private).then_some(message.message_id),
+        };
+        if is_start(&message.text) {
+            return self.greet(&message, destination).await;
+        }
+        let place = if message.private {
+            Place::TelegramDm {
+                chat_id: message.chat_id,
+            }
+        } else {
+            Place::TelegramGroup {
+                chat_id: message.chat_id,
+                topic_id: message.topic_id,
+                user_id: message.user_id,
+            }
+        };
+        let inbound = Inbound {
+            source: SOURCE.into(),
+            platform_message_id: platform_id(&message),
+            conversation_key: conversation_key(place, true),
+            text: message.text.clone(),
+            target: format!("{TARGET_PREFIX}{}", message.chat_id),
+            meta: meta(&message, destination),
+            stream: None,
+        };
+        match self.gateway.submit(inbound).await {
+            Ok(Submission::Accepted { reply, .. }) => {
+                let typing = CancellationToken::new();
+                tokio::spawn(keep_typing(self.bot.clone(), destination, typing.clone()));
+                let store = self.store.clone();
+                let deliveries = self.deliveries.clone();
+                tokio::spawn(async move {
+                    let answered = reply.await;
+                    typing.cancel();
+                    if let Ok(reply) = answered {
+                        // The row as stored: the deliverer sends what the outbox holds.
+                        match store.outbox_pending().await {
+                            Ok(rows) => {
+                                if let Some(row) =
+                                    rows.into_iter().find(|r| r.id == reply.outbox_id)
+                                {
+                                    let _ = deliveries.send(row);
+                                }
+                            }
+                            Err(error) => {
+                                tracing::warn!(%error, "telegram: outbox unreadable; the reply waits for the next start")
+                            }
+                        }
+                    }
+                });
+                Ok(())
+            }
+            Ok(Submission::Duplicate { .. }) => {
+                tracing::debug!(
+                    update = message.update_id,
+                    "telegram: duplicate update ignored"
+                );
+                Ok(())
+            }
+            Err(SubmitError::Busy) => {
+                let text =
+                    "I'm still working through your earlier messages; send this again in a moment.";
+                if let Err(error) = send_reply(&self.bot, destination, text).await {
+                    tracing::warn!(%error, "telegram: could not say the queue is full");
+                }
+                Ok(())
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    fn is_allowed(&self, message: &Incoming) -> bool {
+        let id = message.user_id.to_string();
+        let name = message
+            .username
+            .as_deref()
+            .map(|u| format!("@{}", u.to_ascii_lowercase()));
+        self.allowed.iter().any(|entry| {
+            let entry = entry.trim();
+            entry == id || name.as_deref() == Some(entry.to_ascii_lowercase().as_str())
+        })
+    }
+
+    /// `/start`: a greeting without a model call (once per message, through the inbox).
+    async fn greet(&self, message: &Incoming, to: Destination) -> Result<(), SubmitError> {
+        let accepted = self
+            .store
+            .inbox_accept(&NewInboxItem {
+                source: SOURCE.into(),
+                platform_message_id: platform_id(message),
+                conversation_key: format!("telegram:start:{}", message.chat_id),
+                payload: json!({"text": message.text, "meta": meta(message, to)}),
+            })
+            .await?;
+        if !accepted.fresh {
+            return Ok(());
+        }
+        let row = self
+            .store
+            .answer_inbox(
+                &NewOutboxItem {
+                    inbox_id: Some(accepted.item.id),
+                    target: format!("{TARGET_PREFIX}{}", message.chat_id),
+                    payload: json!({"reply": GREETING, "meta": meta(message, to)}),
+                },
+                false,
+                InboxState::Done,
+            )
+            .await?;
+        let _ = self.deliveries.send(row);
+        Ok(())
+    }
+
+    /// Sends outbox rows one at a time: those handed over as turns answer, and every few
+    /// seconds whatever else is pending (replies to resumed turns, failed sends). One task
+    /// sends, and it remembers what it finished, so a row is never sent twice by this process.
+    async fn deliver(
+        self: Arc<Self>,
+        mut queue: mpsc::UnboundedReceiver<OutboxItem>,
+        stop: CancellationToken,
+    ) {
+        let mut finished = std::collections::HashSet::new();
+        let mut sweep = tokio::time::interval(SWEEP);
+        loop {
+            let rows = tokio::select! {
+                () = stop.cancelled() => return,
+                row = queue.recv() => match row { Some(row) => vec![row], None => return },
+                _ = sweep.tick() => match self.store.outbox_pending().await {
+                    Ok(rows) => rows.into_iter().filter(|r| r.target.starts_with(TARGET_PREFIX)).collect(),
+                    Err(error) => {
+                        tracing::warn!(%error, "telegram: outbox unreadable");
+                        Vec::new()
+                    }
+                },
+            };
+            for row in rows {
+                if finished.contains(&row.id) {
+                    continue;
+                }
+                match self.deliver_one(&row).await {
+                    Ok(()) => {
+                        finished.insert(row.id);
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, outbox = row.id, "telegram: reply not delivered yet")
+                    }
+                }
+            }
+        }
+    }
+
+    async fn deliver_one(&self, row: &OutboxItem) -> Result<()> {
+        let attempts = self.store.outbox_begin_attempt(row.id).await?;
+        if attempts > MAX_ATTEMPTS {
+            self.store.outbox_mark_failed(row.id).await?;
+            tracing::error!(
+                outbox = row.id,
+                "telegram: gave up on a reply after {MAX_ATTEMPTS} attempts"
+            );
+            return Ok(());
+        }
+        let to = destination(row).context("outbox row without a telegram destination")?;
+        let text = row.payload["reply"].as_str().unwrap_or_default();
+        match send_reply(&self.bot, to, text).await {
+            Ok(ids) => {
+                self.store.outbox_mark_delivered(row.id, &ids).await?;
+                Ok(())
+            }
+            Err(error) => {
+                // Left pending: sent again on the next start.
+                Err(error.into())
+            }
+        }
+    }
+}
+
+/// `/start` or `/start@bot`, with or without a payload.
+fn is_start(text: &str) -> bool {
+    text.split_whitespace()
+        .next()
+        .is_some_and(|w| w == "/start" || w.starts_with("/start@"))
+}
+
+/// The inbox id of a message: unique per chat, the same when Telegram sends an update again.
+fn platform_id(message: &Incoming) -> String {
+    format!("{}:{}", message.chat_id, message.message_id)
+}
+
+fn meta(message: &Incoming, to: Destination) -> serde_json::Value {
+    json!({
+        "chat_id": to.chat_id,
+        "topic_id": to.topic_id,
+        "reply_to": to.reply_to,
+        "user_id": message.user_id,
+        "username": message.username,
+        "update_id": message.update_id,
+    })
+}
+
+/// Where an outbox row goes, from its target and the meta stored with it.
+fn destination(row: &OutboxItem) -> Option<Destination> {
+    let chat_id = row.target.strip_prefix(TARGET_PREFIX)?.parse().ok()?;
+    let meta = &row.payload["meta"];
+    Some(Destination {
+        chat_id,
+        topic_id: meta["topic_id"].as_i64(),
+        reply_to: meta["reply_to"].as_i64(),
+    })
+}
