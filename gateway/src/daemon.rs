@@ -82,25 +82,38 @@ pub async fn start(
         })));
     }
     if config.telegram.enabled {
-        if config.telegram.mode == crate::config::TelegramMode::Webhook {
-            anyhow::bail!(
-                "telegram.mode = \"webhook\" is not available in this build yet; use \"polling\""
-            );
-        }
         let token = loaded.secret(&config.telegram.token_env).with_context(|| {
             format!(
                 "telegram.enabled = true, but ${} (telegram.token_env) is unset",
                 config.telegram.token_env
             )
         })?;
-        crate::telegram::start(
+        let intake = match config.telegram.mode {
+            crate::config::TelegramMode::Polling => crate::telegram::Intake::Polling,
+            crate::config::TelegramMode::Webhook => crate::telegram::Intake::Webhook {
+                url: config.telegram.webhook_url.clone().context(
+                    "telegram.mode = \"webhook\" needs telegram.webhook_url (the public URL of POST /telegram/webhook)",
+                )?,
+                secret: loaded.secret(&config.telegram.webhook_secret_env).with_context(|| {
+                    format!(
+                        "telegram.mode = \"webhook\" needs a secret in ${} (telegram.webhook_secret_env)",
+                        config.telegram.webhook_secret_env
+                    )
+                })?,
+            },
+        };
+        if let Some(route) = crate::telegram::start(
             &config.telegram,
             &token,
+            intake,
             gateway.clone(),
             store.clone(),
             stop.clone(),
         )
-        .await?;
+        .await?
+        {
+            mounted = mounted.merge(route);
+        }
     }
     if config.api.enabled {
         let key = loaded.secret(&config.api.key_env);

@@ -1,9 +1,12 @@
-//! The Telegram adapter at run time (long polling).
+//! The Telegram adapter at run time, in long-polling or webhook mode.
 //!
-//! One loop polls `getUpdates`; every update of a batch is normalised, authorised, gated and
-//! written to the inbox before the next call's `offset` confirms the batch to Telegram, so a
-//! crash between the two only makes Telegram send the batch again — and the inbox runs each
-//! message once. Replies are written to the outbox by the conversation actors and sent by one
+//! Polling: one loop calls `getUpdates`; every update of a batch is normalised, authorised,
+//! gated and written to the inbox before the next call's `offset` confirms the batch to
+//! Telegram, so a crash between the two only makes Telegram send the batch again — and the
+//! inbox runs each message once. Webhook: `setWebhook` with a secret token on start, and
+//! `POST /telegram/webhook` answers 200 only after the update is in the inbox (Telegram
+//! redelivers anything else); the secret is compared in constant time and a request without
+//! it is refused. Replies are written to the outbox by the conversation actors and sent by one
 //! deliverer (also the rows a previous run left pending), marked delivered with Telegram's
 //! message ids. While a turn runs the chat shows "typing…".
 //!
@@ -39,14 +42,30 @@ const SWEEP: Duration = Duration::from_secs(3);
 const MAX_ATTEMPTS: i64 = 8;
 const GREETING: &str = "Hi! I'm Iris. Send me a message and I'll answer. /help lists the commands.";
 
-/// Starts polling and delivery; returns once the bot is known (`getMe`).
+/// The path Telegram posts updates to in webhook mode.
+pub const WEBHOOK_PATH: &str = "/telegram/webhook";
+const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
+
+/// How updates arrive.
+pub enum Intake {
+    Polling,
+    /// Webhook mode: the public URL to register and the secret Telegram must send back.
+    Webhook {
+        url: String,
+        secret: String,
+    },
+}
+
+/// Starts the adapter once the bot is known (`getMe`): polling and delivery tasks, and in
+/// webhook mode the route to serve.
 pub async fn start(
     config: &TelegramConfig,
     token: &str,
+    intake: Intake,
     gateway: Arc<Gateway>,
     store: Arc<dyn SessionStore>,
     stop: CancellationToken,
-) -> Result<()> {
+) -> Result<Option<axum::Router>> {
     let url = config
         .api_url
         .parse()
@@ -60,10 +79,24 @@ pub async fn start(
         id: me.user.id.0,
         username: me.user.username.clone().unwrap_or_default(),
     };
-    tracing::info!(bot = %identity.username, "telegram connected (long polling)");
-    // Polling and a webhook exclude each other; pending updates are kept.
-    if let Err(error) = bot.delete_webhook().await {
-        tracing::warn!(%error, "telegram: deleteWebhook failed");
+    match &intake {
+        Intake::Polling => {
+            tracing::info!(bot = %identity.username, "telegram connected (long polling)");
+            // Polling and a webhook exclude each other; pending updates are kept.
+            if let Err(error) = bot.delete_webhook().await {
+                tracing::warn!(%error, "telegram: deleteWebhook failed");
+            }
+        }
+        Intake::Webhook { url, secret } => {
+            let parsed = url
+                .parse()
+                .with_context(|| format!("telegram.webhook_url {url:?} is not a URL"))?;
+            bot.set_webhook(parsed)
+                .secret_token(secret.clone())
+                .await
+                .context("telegram: setWebhook failed")?;
+            tracing::info!(bot = %identity.username, %url, "telegram connected (webhook)");
+        }
     }
     if let Err(error) = bot.set_my_commands(commands()).await {
         tracing::warn!(%error, "telegram: setMyCommands failed");
@@ -78,8 +111,67 @@ pub async fn start(
         deliveries,
     });
     tokio::spawn(adapter.clone().deliver(queue, stop.clone()));
-    tokio::spawn(adapter.poll(stop));
-    Ok(())
+    match intake {
+        Intake::Polling => {
+            tokio::spawn(adapter.poll(stop));
+            Ok(None)
+        }
+        Intake::Webhook { secret, .. } => Ok(Some(
+            axum::Router::new()
+                .route(WEBHOOK_PATH, axum::routing::post(receive))
+                .with_state(Arc::new(Receiver { adapter, secret })),
+        )),
+    }
+}
+
+struct Receiver {
+    adapter: Arc<Adapter>,
+    secret: String,
+}
+
+/// `POST /telegram/webhook`: 200 once the update is in the inbox; 401 without the secret,
+/// 400 for a body that is not an update, 500 when it could not be stored (Telegram retries).
+async fn receive(
+    axum::extract::State(receiver): axum::extract::State<Arc<Receiver>>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+    use subtle::ConstantTimeEq;
+    let given = headers
+        .get(SECRET_HEADER)
+        .map(axum::http::HeaderValue::as_bytes)
+        .unwrap_or_default();
+    if !bool::from(receiver.secret.as_bytes().ct_eq(given)) {
+        tracing::warn!("telegram webhook: a request without the right secret token was refused");
+        return (
+            StatusCode::UNAUTHORIZED,
+            axum::Json(json!({"error": "unauthorized", "message": "missing or wrong X-Telegram-Bot-Api-Secret-Token"})),
+        )
+            .into_response();
+    }
+    let update: teloxide_core::types::Update = match serde_json::from_slice(&body) {
+        Ok(update) => update,
+        Err(error) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                axum::Json(json!({"error": "bad_request", "message": format!("not a Telegram update: {error}")})),
+            )
+                .into_response();
+        }
+    };
+    match receiver.adapter.accept(&update).await {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(error) => {
+            tracing::error!(%error, update = update.id.0, "telegram webhook: could not store an update; Telegram will send it again");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                axum::Json(json!({"error": "unavailable", "message": "try again"})),
+            )
+                .into_response()
+        }
+    }
 }
 
 /// The commands shown in Telegram's menu (DESIGN.md §9).

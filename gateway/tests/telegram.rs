@@ -187,3 +187,188 @@ async fn a_restart_mid_turn_answers_exactly_once() {
         asked[1]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejected_formatting_rate_limits_and_conflicts_lose_nothing() {
+    let (_model, telegram, home) = fakes(vec![
+        Reply::text("**bold** answer"),
+        Reply::text("after the rate limit"),
+        Reply::text("after the conflict"),
+    ])
+    .await;
+    let _iris = iris(home.path()).await;
+
+    telegram.reject_entities(true);
+    telegram.push_text(&From::dm(42), "one");
+    let sent = replies(&telegram, 42, 1, home.path()).await;
+    assert_eq!(sent, ["**bold** answer"], "resent as the plain Markdown");
+    telegram.reject_entities(false);
+
+    telegram.rate_limit(3, 1);
+    telegram.push_text(&From::dm(42), "two");
+    let sent = replies(&telegram, 42, 2, home.path()).await;
+    assert_eq!(sent[1], "after the rate limit");
+    let limited = telegram
+        .calls("sendMessage")
+        .iter()
+        .filter(|c| c.params["_ok"] == false)
+        .count();
+    assert!(limited >= 3, "the 429s were met ({limited} refused sends)");
+
+    telegram.conflict(2);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    telegram.push_text(&From::dm(42), "three");
+    let sent = replies(&telegram, 42, 3, home.path()).await;
+    assert_eq!(sent[2], "after the conflict");
+    assert_eq!(telegram.sent_texts(42).len(), 3);
+    let log = binary::log(home.path());
+    assert!(
+        log.contains("409 Conflict"),
+        "the conflict is reported: {log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_reply_arrives_in_parts_and_topics_are_separate_conversations() {
+    let mut long = String::new();
+    for i in 0..14 {
+        long.push_str(&format!(
+            "## Step {i}\n\n{}\n\n```rust\n",
+            "Some prose here. ".repeat(30)
+        ));
+        for j in 0..10 {
+            long.push_str(&format!("let value_{j} = compute({i}, {j});\n"));
+        }
+        long.push_str("```\n\n");
+    }
+    assert!(long.chars().count() > 10_000);
+    let (model, telegram, home) = fakes(vec![
+        Reply::text(long.clone()),
+        Reply::text("topic two answer"),
+    ])
+    .await;
+    let _iris = iris(home.path()).await;
+
+    let mut topic_one = From::group(-2_002, 42);
+    topic_one.thread_id = Some(11);
+    let mut topic_two = topic_one.clone();
+    topic_two.thread_id = Some(22);
+    telegram.push_text(&topic_one, &format!("@{BOT_USERNAME} write it all"));
+    // Wait for the whole first reply before asking in the other topic.
+    let mut parts = Vec::new();
+    for _ in 0..200 {
+        parts = telegram.sent_texts(-2_002);
+        if parts.last().is_some_and(|p| {
+            let n = parts.len();
+            p.ends_with(&format!("({n}/{n})"))
+        }) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(parts.len() >= 3, "{} parts", parts.len());
+    for (i, part) in parts.iter().enumerate() {
+        assert!(part.encode_utf16().count() <= 4096, "part {i} fits");
+        assert!(
+            part.ends_with(&format!("({}/{})", i + 1, parts.len())),
+            "part {i} marker"
+        );
+        assert_eq!(
+            part.matches("<pre").count(),
+            part.matches("</pre>").count(),
+            "code blocks whole in part {i}"
+        );
+    }
+    let threads: Vec<i64> = telegram
+        .calls("sendMessage")
+        .iter()
+        .filter_map(|c| c.params["message_thread_id"].as_i64())
+        .collect();
+    assert!(
+        threads.iter().all(|t| *t == 11),
+        "sent into topic 11: {threads:?}"
+    );
+
+    telegram.push_text(&topic_two, &format!("@{BOT_USERNAME} hello"));
+    let sent = replies(&telegram, -2_002, parts.len() + 1, home.path()).await;
+    assert_eq!(sent.last().map(String::as_str), Some("topic two answer"));
+    let second = model.requests()[1].body["messages"].to_string();
+    assert!(
+        !second.contains("write it all"),
+        "topic two does not see topic one: {second}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_mode_registers_checks_the_secret_and_runs_each_update_once() {
+    let (model, telegram, home) = fakes(vec![Reply::text("Webhook answer.")]).await;
+    let config = std::fs::read_to_string(home.path().join("iris.toml")).expect("config");
+    std::fs::write(
+        home.path().join("iris.toml"),
+        config.replace(
+            "[telegram]\n",
+            "[telegram]\nmode = \"webhook\"\nwebhook_url = \"https://iris.example.com/telegram/webhook\"\n",
+        ),
+    )
+    .expect("config");
+    let secret = "hook-secret_0123456789";
+    let iris = start(
+        home.path(),
+        &[
+            ("TELEGRAM_BOT_TOKEN", TOKEN),
+            ("TELEGRAM_WEBHOOK_SECRET", secret),
+        ],
+    )
+    .await;
+    assert_eq!(
+        telegram.webhook().as_deref(),
+        Some("https://iris.example.com/telegram/webhook")
+    );
+    let registered = telegram.calls("setWebhook");
+    assert_eq!(registered[0].params["secret_token"], secret);
+    assert!(
+        telegram.calls("getUpdates").is_empty(),
+        "no polling in webhook mode"
+    );
+
+    let url = format!("{}/telegram/webhook", iris.base);
+    let client = reqwest::Client::new();
+    let update = telegram.text_update(&From::dm(42), "via webhook");
+    let post = |secret: Option<&str>, body: String| {
+        let mut request = client
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(s) = secret {
+            request = request.header("X-Telegram-Bot-Api-Secret-Token", s);
+        }
+        request.send()
+    };
+    let refused = post(Some("wrong"), update.to_string()).await.expect("post");
+    assert_eq!(refused.status().as_u16(), 401);
+    let missing = post(None, update.to_string()).await.expect("post");
+    assert_eq!(missing.status().as_u16(), 401);
+    let garbage = post(Some(secret), "{\"nope\":1}".into())
+        .await
+        .expect("post");
+    assert_eq!(garbage.status().as_u16(), 400);
+    assert!(model.requests().is_empty(), "nothing ran yet");
+
+    for _ in 0..2 {
+        let accepted = post(Some(secret), update.to_string()).await.expect("post");
+        assert_eq!(
+            accepted.status().as_u16(),
+            200,
+            "Telegram may deliver twice"
+        );
+    }
+    let sent = replies(&telegram, 42, 1, home.path()).await;
+    assert_eq!(sent, ["Webhook answer."]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        telegram.sent_texts(42).len(),
+        1,
+        "the redelivered update ran once"
+    );
+    assert_eq!(model.requests().len(), 1);
+}

@@ -19,7 +19,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
@@ -161,11 +161,25 @@ impl FakeTelegram {
 
     /// Queues a text message from `from`; returns its update id.
     pub fn push_text(&self, from: &From, text: &str) -> i64 {
-        let message_id = {
+        let update = self.text_update(from, text);
+        let id = update["update_id"].as_i64().unwrap_or_default();
+        {
             let mut inner = self.shared.lock();
-            let id = inner.next_message_id;
+            inner.pending.push(update);
+        }
+        self.shared.arrived.notify_waiters();
+        id
+    }
+
+    /// A text message update from `from`, with fresh update and message ids, not queued (for
+    /// posting to a webhook the way Telegram would).
+    pub fn text_update(&self, from: &From, text: &str) -> Value {
+        let (update_id, message_id) = {
+            let mut inner = self.shared.lock();
+            let ids = (inner.next_update_id, inner.next_message_id);
+            inner.next_update_id += 1;
             inner.next_message_id += 1;
-            id
+            ids
         };
         let mut message = json!({
             "message_id": message_id,
@@ -183,7 +197,7 @@ impl FakeTelegram {
             message["message_thread_id"] = json!(thread);
             message["is_topic_message"] = json!(true);
         }
-        self.push_update(json!({ "message": message }))
+        json!({ "update_id": update_id, "message": message })
     }
 
     /// Queues the last pushed update again, with the same `update_id` (Telegram redelivers
@@ -294,10 +308,36 @@ fn fail(status: StatusCode, description: &str, parameters: Option<Value>) -> Res
     (status, axum::Json(body)).into_response()
 }
 
-/// JSON or form parameters (teloxide sends JSON; files would come as multipart).
-fn params(body: &Bytes) -> Value {
+/// JSON, multipart or form parameters (teloxide sends JSON, and multipart for methods that
+/// can carry a file, such as `setWebhook`). Multipart text fields come back as strings.
+fn params(headers: &HeaderMap, body: &Bytes) -> Value {
     if body.is_empty() {
         return json!({});
+    }
+    let boundary = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| v.starts_with("multipart/form-data"))
+        .and_then(|v| v.split("boundary=").nth(1))
+        .map(|b| b.trim_matches('"').to_owned());
+    if let Some(boundary) = boundary {
+        let text = String::from_utf8_lossy(body);
+        let mut fields = serde_json::Map::new();
+        for part in text.split(&format!("--{boundary}")) {
+            let Some((head, value)) = part.split_once("\r\n\r\n") else {
+                continue;
+            };
+            let Some(name) = head
+                .split("name=\"")
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+            else {
+                continue;
+            };
+            let value = value.strip_suffix("\r\n").unwrap_or(value);
+            fields.insert(name.to_owned(), Value::String(value.to_owned()));
+        }
+        return Value::Object(fields);
     }
     serde_json::from_slice(body).unwrap_or_else(|_| {
         let pairs: serde_json::Map<String, Value> = String::from_utf8_lossy(body)
@@ -312,13 +352,14 @@ fn params(body: &Bytes) -> Value {
 async fn method(
     State(shared): State<Arc<Shared>>,
     Path((bot, method)): Path<(String, String)>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     if bot.strip_prefix("bot") != Some(shared.token.as_str()) {
         return fail(StatusCode::UNAUTHORIZED, "Unauthorized", None);
     }
     let method = method.to_ascii_lowercase();
-    let mut params = params(&body);
+    let mut params = params(&headers, &body);
     let delay = shared.lock().delay;
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;

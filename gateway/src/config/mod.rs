@@ -308,6 +308,12 @@ pub struct TelegramConfig {
     pub mode: TelegramMode,
     /// User ids or @usernames allowed to talk to the bot; others get pairing codes in DMs.
     pub allowed_users: Vec<String>,
+    /// Webhook mode: the public HTTPS URL Telegram posts updates to; it must reach this
+    /// server's `POST /telegram/webhook`.
+    pub webhook_url: Option<String>,
+    /// Webhook mode: names the variable holding the secret Telegram sends back in
+    /// `X-Telegram-Bot-Api-Secret-Token` (1–256 of `A-Z a-z 0-9 _ -`).
+    pub webhook_secret_env: String,
 }
 
 impl Default for TelegramConfig {
@@ -318,6 +324,8 @@ impl Default for TelegramConfig {
             api_url: "https://api.telegram.org".into(),
             mode: TelegramMode::Polling,
             allowed_users: Vec::new(),
+            webhook_url: None,
+            webhook_secret_env: "TELEGRAM_WEBHOOK_SECRET".into(),
         }
     }
 }
@@ -429,6 +437,7 @@ impl Loaded {
             c.server.admin_token_env.as_str(),
             c.api.key_env.as_str(),
             c.telegram.token_env.as_str(),
+            c.telegram.webhook_secret_env.as_str(),
             c.discord.token_env.as_str(),
             c.llm.key_env(),
             "OPENAI_API_KEY",
