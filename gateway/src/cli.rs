@@ -1,4 +1,4 @@
-//! The command line: `iris serve | migrate | doctor | sessions …`.
+//! The command line: `iris serve | migrate | doctor | sessions … | pairing approve …`.
 //!
 //! Each subcommand loads the configuration, sets up logging and runs; failures come back as
 //! one `anyhow` chain that `main` prints on one line.
@@ -37,6 +37,15 @@ pub enum Command {
     /// Inspect stored sessions.
     #[command(subcommand)]
     Sessions(SessionsCommand),
+    /// Approve users who asked for access with a pairing code.
+    #[command(subcommand)]
+    Pairing(PairingCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PairingCommand {
+    /// Let the user who was given CODE talk to the bot on PLATFORM (telegram, discord).
+    Approve { platform: String, code: String },
 }
 
 #[derive(Debug, Args)]
@@ -129,6 +138,11 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Sessions(command) => {
             let _guard = crate::logging::init(&quiet(&loaded), &loaded.home, redactor.clone())?;
             crate::sessions::run(&loaded, command).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Pairing(command) => {
+            let _guard = crate::logging::init(&quiet(&loaded), &loaded.home, redactor.clone())?;
+            crate::pairing::run(&loaded, command).await?;
             Ok(ExitCode::SUCCESS)
         }
     }

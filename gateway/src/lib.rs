@@ -29,6 +29,7 @@ pub mod daemon;
 pub mod doctor;
 pub mod local_model;
 pub mod logging;
+pub mod pairing;
 pub mod providers;
 pub mod server;
 pub mod sessions;

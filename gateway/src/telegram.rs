@@ -10,8 +10,10 @@
 //! deliverer (also the rows a previous run left pending), marked delivered with Telegram's
 //! message ids. While a turn runs the chat shows "typing…".
 //!
-//! Access fails closed: only `telegram.allowed_users` (ids or @usernames) are answered; others
-//! are refused silently and logged. Groups are answered only when the bot is addressed.
+//! Access fails closed: only `telegram.allowed_users` (ids or @usernames) and users the
+//! operator paired are answered; others are refused and logged — in a DM they get a pairing
+//! code (see [`crate::pairing`]), elsewhere nothing. Groups are answered only when the bot is
+//! addressed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -260,13 +262,21 @@ impl Adapter {
         let Some(message) = normalize(update, &self.identity) else {
             return Ok(());
         };
-        if !self.is_allowed(&message) {
+        if !self.is_allowed(&message)
+            && !self
+                .store
+                .is_paired(SOURCE, &message.user_id.to_string())
+                .await?
+        {
             tracing::info!(
                 user = message.user_id,
                 username = message.username.as_deref().unwrap_or(""),
                 chat = message.chat_id,
-                "telegram: refused a message from a user not in telegram.allowed_users"
+                "telegram: refused a message from a user not in telegram.allowed_users and not paired"
             );
+            if message.private {
+                self.offer_pairing(&message).await?;
+            }
             return Ok(());
         }
         if !message.addressed {
@@ -348,6 +358,56 @@ impl Adapter {
             }
             Err(error) => Err(error),
         }
+    }
+
+    /// A DM from an unknown user: a pairing code for the operator to approve, within the
+    /// limits of [`crate::pairing::LIMITS`] (beyond them the user is not answered).
+    async fn offer_pairing(&self, message: &Incoming) -> Result<(), SubmitError> {
+        let code = match crate::pairing::new_code() {
+            Ok(code) => code,
+            Err(error) => {
+                tracing::error!(%error, "telegram: cannot make a pairing code");
+                return Ok(());
+            }
+        };
+        let outcome = self
+            .store
+            .pairing_request(
+                &agent_core::store::NewPairing {
+                    platform: SOURCE.into(),
+                    user_id: message.user_id.to_string(),
+                    username: message.username.clone(),
+                    code_hash: crate::pairing::hash(&code),
+                },
+                crate::pairing::LIMITS,
+            )
+            .await?;
+        if outcome != agent_core::store::PairingOutcome::Created {
+            tracing::info!(
+                user = message.user_id,
+                ?outcome,
+                "telegram: no pairing code given"
+            );
+            return Ok(());
+        }
+        tracing::info!(
+            user = message.user_id,
+            username = message.username.as_deref().unwrap_or(""),
+            "telegram: pairing code given; approve with `iris pairing approve telegram <CODE>`"
+        );
+        let text = format!(
+            "I don't know you yet. To get access, ask the operator of this bot to run:\n\n\
+             `iris pairing approve telegram {code}`\n\nThe code is valid for one hour."
+        );
+        let to = Destination {
+            chat_id: message.chat_id,
+            topic_id: None,
+            reply_to: None,
+        };
+        if let Err(error) = send_reply(&self.bot, to, &text).await {
+            tracing::warn!(%error, "telegram: could not send the pairing code");
+        }
+        Ok(())
     }
 
     fn is_allowed(&self, message: &Incoming) -> bool {

@@ -3,8 +3,8 @@
 //!
 //! - a DM conversation over two messages, a duplicated update answered once, the offset
 //!   confirmed, typing shown, commands published, `/start` greeted without a model call;
-//! - a user outside `allowed_users` refused silently; in a group, only messages that address
-//!   the bot are answered, threaded to the message;
+//! - a stranger gets a DM pairing code the operator approves with `iris pairing approve`; in a
+//!   group, only allowed users' messages that address the bot are answered, threaded;
 //! - SIGKILL in the middle of a turn: after the restart the message is answered exactly once.
 
 use std::time::Duration;
@@ -122,22 +122,54 @@ async fn a_dm_conversation_runs_once_per_message() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn strangers_are_refused_and_groups_answer_only_when_addressed() {
-    let (model, telegram, home) = fakes(vec![Reply::text("Group answer.")]).await;
+async fn strangers_get_a_pairing_code_and_groups_answer_only_when_addressed() {
+    let (model, telegram, home) = fakes(vec![
+        Reply::text("Group answer."),
+        Reply::text("Paired answer."),
+    ])
+    .await;
     let _iris = iris(home.path()).await;
 
+    // A stranger in a DM gets a code (and nothing runs); asking again soon gets nothing.
     telegram.push_text(&From::dm(99), "let me in");
+    let sent = replies(&telegram, 99, 1, home.path()).await;
+    let code = sent[0]
+        .split("approve telegram ")
+        .nth(1)
+        .and_then(|rest| rest.get(..8))
+        .expect("a code in the reply")
+        .to_owned();
+    assert!(
+        code.chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit()),
+        "{code}"
+    );
+    telegram.push_text(&From::dm(99), "please?");
+
     let group = From::group(-1_005, 7);
     telegram.push_text(&group, "just chatting among ourselves");
-    let addressed = telegram.push_text(&group, &format!("@{BOT_USERNAME} what's up?"));
+    let mut stranger_in_group = From::group(-1_005, 555);
+    stranger_in_group.username = None;
+    telegram.push_text(&stranger_in_group, &format!("@{BOT_USERNAME} me too"));
+    telegram.push_text(&group, &format!("@{BOT_USERNAME} what's up?"));
     let sent = replies(&telegram, -1_005, 1, home.path()).await;
     assert_eq!(sent, ["Group answer."]);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        telegram.sent_texts(99).is_empty(),
-        "a stranger gets nothing"
+    assert_eq!(
+        telegram.sent_texts(99).len(),
+        1,
+        "one code per user per 10 minutes"
     );
-    assert_eq!(model.requests().len(), 1, "only the addressed message ran");
+    assert_eq!(
+        telegram.sent_texts(-1_005).len(),
+        1,
+        "strangers in groups get nothing"
+    );
+    assert_eq!(
+        model.requests().len(),
+        1,
+        "only the addressed, allowed message ran"
+    );
     let call = telegram
         .calls("sendMessage")
         .into_iter()
@@ -148,9 +180,34 @@ async fn strangers_are_refused_and_groups_answer_only_when_addressed() {
         "threaded to the user's message: {}",
         call.params
     );
-    assert!(addressed > 0);
     let log = binary::log(home.path());
     assert!(log.contains("not in telegram.allowed_users"), "{log}");
+    assert!(!log.contains(&code), "the code is not logged");
+
+    // A wrong code is refused; the right one (any case) pairs the user.
+    let approve = |code: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_iris"))
+            .args(["pairing", "approve", "telegram", code])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", home.path())
+            .env("IRIS_HOME", home.path())
+            .output()
+            .expect("iris pairing")
+    };
+    let wrong = approve("AAAA2222");
+    assert!(!wrong.status.success());
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("no pending telegram pairing request"));
+    let right = approve(&code.to_lowercase());
+    assert!(
+        right.status.success(),
+        "{}",
+        String::from_utf8_lossy(&right.stderr)
+    );
+    assert!(String::from_utf8_lossy(&right.stdout).contains("@user99"));
+    telegram.push_text(&From::dm(99), "hello now");
+    let sent = replies(&telegram, 99, 2, home.path()).await;
+    assert_eq!(sent[1], "Paired answer.");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -150,6 +150,20 @@ pub trait SessionStore: Send + Sync + 'static {
     /// The session with this exact title, or else the newest `title (N)` variant.
     /// Takes the session's lease for `ttl` unless another holder has an unexpired one; the
     /// same holder may take it again. Keeps two processes from compressing one session.
+    /// Records an unknown user's pairing request within `limits` (one transaction).
+    async fn pairing_request(
+        &self,
+        request: &NewPairing,
+        limits: PairingLimits,
+    ) -> StoreResult<PairingOutcome>;
+    /// Approves the unexpired request with this code hash; the user is paired from now on.
+    async fn pairing_approve(
+        &self,
+        platform: &str,
+        code_hash: &str,
+    ) -> StoreResult<Option<PairedUser>>;
+    /// Whether the operator approved this user.
+    async fn is_paired(&self, platform: &str, user_id: &str) -> StoreResult<bool>;
     async fn try_lock_session(
         &self,
         session_id: &str,

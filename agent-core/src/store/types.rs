@@ -378,3 +378,46 @@ impl MigrationStatus {
         self.known.iter().all(|v| self.applied.contains(v))
     }
 }
+
+/// An unknown user's request for access ([`SessionStore::pairing_request`](super::SessionStore::pairing_request)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewPairing {
+    /// `telegram`, `discord`.
+    pub platform: String,
+    pub user_id: String,
+    pub username: Option<String>,
+    /// The code's hash (the code itself is never stored).
+    pub code_hash: String,
+}
+
+/// Limits on pairing requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PairingLimits {
+    /// How long a code is valid.
+    pub ttl: std::time::Duration,
+    /// Pending (unexpired, unapproved) requests per platform at most.
+    pub max_pending: i64,
+    /// One request per user per this long.
+    pub per_user_interval: std::time::Duration,
+}
+
+/// What became of a pairing request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairingOutcome {
+    /// Stored; the user gets the code.
+    Created,
+    /// The user is already paired.
+    AlreadyPaired,
+    /// The user asked less than `per_user_interval` ago.
+    TooSoon,
+    /// `max_pending` requests are waiting for the operator.
+    TooMany,
+}
+
+/// A user the operator approved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PairedUser {
+    pub platform: String,
+    pub user_id: String,
+    pub username: Option<String>,
+}

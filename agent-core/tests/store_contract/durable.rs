@@ -231,3 +231,131 @@ pub(crate) async fn answering_an_inbox_row_is_one_step(store: Arc<dyn SessionSto
         Err(StoreError::NotFound { .. })
     ));
 }
+
+pub(crate) async fn pairing_requests_are_limited_and_approved_once(store: Arc<dyn SessionStore>) {
+    let limits = PairingLimits {
+        ttl: std::time::Duration::from_secs(3600),
+        max_pending: 3,
+        per_user_interval: std::time::Duration::from_secs(600),
+    };
+    let ask = |user: &str, hash: &str| NewPairing {
+        platform: "telegram".into(),
+        user_id: user.into(),
+        username: Some(format!("name{user}")),
+        code_hash: hash.into(),
+    };
+    assert_eq!(
+        store
+            .pairing_request(&ask("1", "h1"), limits)
+            .await
+            .expect("ask"),
+        PairingOutcome::Created
+    );
+    assert_eq!(
+        store
+            .pairing_request(&ask("1", "h1b"), limits)
+            .await
+            .expect("ask"),
+        PairingOutcome::TooSoon,
+        "one request per user per interval"
+    );
+    assert_eq!(
+        store
+            .pairing_request(&ask("2", "h2"), limits)
+            .await
+            .expect("ask"),
+        PairingOutcome::Created
+    );
+    assert_eq!(
+        store
+            .pairing_request(&ask("3", "h3"), limits)
+            .await
+            .expect("ask"),
+        PairingOutcome::Created
+    );
+    assert_eq!(
+        store
+            .pairing_request(&ask("4", "h4"), limits)
+            .await
+            .expect("ask"),
+        PairingOutcome::TooMany,
+        "at most three pending"
+    );
+    // Another platform has its own limit.
+    let mut discord = ask("4", "h4");
+    discord.platform = "discord".into();
+    assert_eq!(
+        store.pairing_request(&discord, limits).await.expect("ask"),
+        PairingOutcome::Created
+    );
+
+    assert!(!store.is_paired("telegram", "2").await.expect("paired?"));
+    assert_eq!(
+        store
+            .pairing_approve("telegram", "nope")
+            .await
+            .expect("approve"),
+        None
+    );
+    assert_eq!(
+        store
+            .pairing_approve("discord", "h2")
+            .await
+            .expect("approve"),
+        None,
+        "codes are per platform"
+    );
+    let paired = store
+        .pairing_approve("telegram", "h2")
+        .await
+        .expect("approve")
+        .expect("found");
+    assert_eq!(
+        (paired.user_id.as_str(), paired.username.as_deref()),
+        ("2", Some("name2"))
+    );
+    assert!(store.is_paired("telegram", "2").await.expect("paired?"));
+    assert!(!store.is_paired("discord", "2").await.expect("paired?"));
+    assert_eq!(
+        store
+            .pairing_approve("telegram", "h2")
+            .await
+            .expect("again"),
+        None,
+        "a code works once"
+    );
+    assert_eq!(
+        store
+            .pairing_request(&ask("2", "h2c"), limits)
+            .await
+            .expect("ask"),
+        PairingOutcome::AlreadyPaired
+    );
+    // Approval freed a pending slot.
+    assert_eq!(
+        store
+            .pairing_request(&ask("4", "h4"), limits)
+            .await
+            .expect("ask"),
+        PairingOutcome::Created
+    );
+
+    // Expired codes neither approve nor count as pending.
+    let short = PairingLimits {
+        ttl: std::time::Duration::from_millis(1),
+        per_user_interval: std::time::Duration::from_millis(1),
+        ..limits
+    };
+    let mut other = ask("9", "h9");
+    other.platform = "other".into();
+    assert_eq!(
+        store.pairing_request(&other, short).await.expect("ask"),
+        PairingOutcome::Created
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    assert_eq!(
+        store.pairing_approve("other", "h9").await.expect("approve"),
+        None,
+        "expired"
+    );
+}

@@ -13,9 +13,9 @@
 use std::sync::Arc;
 
 use agent_core::store::{
-    EndReason, InboxState, NewConversation, NewInboxItem, NewMessage, NewOutboxItem, OutboxState,
-    Role, Rotation, SearchQuery, SessionFilter, SessionSpec, SessionStore, SessionUsage,
-    SqliteStore, StoreError,
+    EndReason, InboxState, NewConversation, NewInboxItem, NewMessage, NewOutboxItem, NewPairing,
+    OutboxState, PairingLimits, PairingOutcome, Role, Rotation, SearchQuery, SessionFilter,
+    SessionSpec, SessionStore, SessionUsage, SqliteStore, StoreError,
 };
 use serde_json::json;
 
@@ -135,6 +135,7 @@ contract!(
     inbox_deduplicates_and_tracks_attempts,
     outbox_reuses_rows_per_turn_and_target,
     answering_an_inbox_row_is_one_step,
+    pairing_requests_are_limited_and_approved_once,
     a_failing_write_among_concurrent_ones_fails_alone,
     sessions_list_by_conversation_and_source,
     search_finds_words_tools_and_filters,
