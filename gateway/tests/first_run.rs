@@ -98,7 +98,12 @@ async fn a_keyless_first_run_chats_with_the_local_model() {
         .timeout(Duration::from_secs(120))
         .send()
         .await
-        .expect("send")
+        .unwrap_or_else(|e| {
+            panic!(
+                "send: {e}\nthe daemon said:\n{}",
+                std::fs::read_to_string(home.path().join("iris.log")).unwrap_or_default()
+            )
+        })
         .json()
         .await
         .expect("json");

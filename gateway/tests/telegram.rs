@@ -4,7 +4,8 @@
 //! - a DM conversation over two messages, a duplicated update answered once, the offset
 //!   confirmed, typing shown, commands published, `/start` greeted without a model call;
 //! - a stranger gets a DM pairing code the operator approves with `iris pairing approve`; in a
-//!   group, only allowed users' messages that address the bot are answered, threaded;
+//!   group, only allowed users' messages that address the bot are answered, threaded, except
+//!   in an open group;
 //! - SIGKILL in the middle of a turn: after the restart the message is answered exactly once.
 
 use std::time::Duration;
@@ -36,6 +37,7 @@ memory_flush = false
 enabled = true
 api_url = "{}"
 allowed_users = ["42", "@User7"]
+open_groups = [-3003]
 "#,
             model.base_url,
             telegram.api_url()
@@ -125,6 +127,7 @@ async fn a_dm_conversation_runs_once_per_message() {
 async fn strangers_get_a_pairing_code_and_groups_answer_only_when_addressed() {
     let (model, telegram, home) = fakes(vec![
         Reply::text("Group answer."),
+        Reply::text("Open group answer."),
         Reply::text("Paired answer."),
     ])
     .await;
@@ -183,6 +186,11 @@ async fn strangers_get_a_pairing_code_and_groups_answer_only_when_addressed() {
     let log = binary::log(home.path());
     assert!(log.contains("not in telegram.allowed_users"), "{log}");
     assert!(!log.contains(&code), "the code is not logged");
+
+    // An open group answers everyone, addressed or not.
+    telegram.push_text(&From::group(-3_003, 777), "anyone here?");
+    let sent = replies(&telegram, -3_003, 1, home.path()).await;
+    assert_eq!(sent, ["Open group answer."]);
 
     // A wrong code is refused; the right one (any case) pairs the user.
     let approve = |code: &str| {

@@ -308,6 +308,10 @@ pub struct TelegramConfig {
     pub mode: TelegramMode,
     /// User ids or @usernames allowed to talk to the bot; others get pairing codes in DMs.
     pub allowed_users: Vec<String>,
+    /// Group chat ids where the bot answers every message, from anyone in the group (the
+    /// group itself is allowed); elsewhere in groups it answers only when addressed, and only
+    /// allowed or paired users.
+    pub open_groups: Vec<i64>,
     /// Webhook mode: the public HTTPS URL Telegram posts updates to; it must reach this
     /// server's `POST /telegram/webhook`.
     pub webhook_url: Option<String>,
@@ -324,6 +328,7 @@ impl Default for TelegramConfig {
             api_url: "https://api.telegram.org".into(),
             mode: TelegramMode::Polling,
             allowed_users: Vec::new(),
+            open_groups: Vec::new(),
             webhook_url: None,
             webhook_secret_env: "TELEGRAM_WEBHOOK_SECRET".into(),
         }
