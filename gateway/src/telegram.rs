@@ -3,7 +3,9 @@
 //! Polling: one loop calls `getUpdates`; every update of a batch is normalised, authorised,
 //! gated and written to the inbox before the next call's `offset` confirms the batch to
 //! Telegram, so a crash between the two only makes Telegram send the batch again — and the
-//! inbox runs each message once. Webhook: `setWebhook` with a secret token on start, and
+//! inbox runs each message once. A long message the Telegram client split (parts of ~4,096)
+//! is joined into one turn: a batch ending in a possible first part waits up to a second for
+//! the rest. Webhook: `setWebhook` with a secret token on start, and
 //! `POST /telegram/webhook` answers 200 only after the update is in the inbox (Telegram
 //! redelivers anything else); the secret is compared in constant time and a request without
 //! it is refused. Replies are written to the outbox by the conversation actors and sent by one
@@ -19,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use adapters::telegram::Bot;
-use adapters::telegram::inbound::{BotIdentity, Incoming, normalize};
+use adapters::telegram::inbound::{BotIdentity, Incoming, may_continue, merge_split, normalize};
 use adapters::telegram::send::{Destination, keep_typing, send_reply};
 use agent_core::store::{InboxState, NewInboxItem, NewOutboxItem, OutboxItem, SessionStore};
 use anyhow::{Context, Result};
@@ -114,6 +116,7 @@ pub async fn start(
         deliveries,
     });
     tokio::spawn(adapter.clone().deliver(queue, stop.clone()));
+    tokio::spawn(adapter.clone().relay_notices(stop.clone()));
     match intake {
         Intake::Polling => {
             tokio::spawn(adapter.poll(stop));
@@ -220,23 +223,23 @@ impl Adapter {
                 result = call.send() => result,
             };
             let wait = match result {
-                Ok(updates) => {
+                Ok(mut updates) => {
                     backoff = Duration::from_secs(1);
-                    let mut next = offset;
-                    let mut failed = false;
-                    for update in &updates {
-                        if let Err(error) = self.accept(update).await {
-                            tracing::error!(%error, update = update.id.0, "telegram: could not store an update; it will be fetched again");
-                            failed = true;
-                            break;
+                    self.await_split_parts(offset, &mut updates).await;
+                    let next = updates
+                        .last()
+                        .and_then(|u| i32::try_from(u.id.0).ok())
+                        .map_or(offset, |id| id.saturating_add(1));
+                    match self.accept_batch(&updates).await {
+                        Ok(()) => {
+                            offset = next;
+                            continue;
                         }
-                        next = i32::try_from(update.id.0).map_or(next, |id| id.saturating_add(1));
+                        Err(error) => {
+                            tracing::error!(%error, "telegram: could not store an update; the batch will be fetched again");
+                            Duration::from_secs(2)
+                        }
                     }
-                    offset = next;
-                    if !failed {
-                        continue;
-                    }
-                    Duration::from_secs(2)
                 }
                 Err(RequestError::Api(ApiError::TerminatedByOtherGetUpdates)) => {
                     tracing::error!(
@@ -258,12 +261,57 @@ impl Adapter {
         }
     }
 
-    /// One update: into the inbox and to its conversation, or refused. `Err` only when it could
-    /// not be stored (the batch is then fetched again).
+    /// When a batch ends with a message long enough to be the first part of one the Telegram
+    /// client split, looks again for up to a second (with the same `offset`: nothing is
+    /// confirmed before it is stored) for the parts that follow.
+    async fn await_split_parts(
+        &self,
+        offset: i32,
+        updates: &mut Vec<teloxide_core::types::Update>,
+    ) {
+        for _ in 0..4 {
+            let waiting = updates
+                .last()
+                .and_then(|u| normalize(u, &self.identity))
+                .is_some_and(|m| may_continue(&m));
+            if !waiting {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            if let Ok(again) = self.bot.get_updates().offset(offset).timeout(0).await
+                && again.len() > updates.len()
+            {
+                *updates = again;
+            }
+        }
+    }
+
+    /// A batch of updates, split messages joined; `Err` when one could not be stored.
+    async fn accept_batch(
+        &self,
+        updates: &[teloxide_core::types::Update],
+    ) -> Result<(), SubmitError> {
+        let messages = updates
+            .iter()
+            .filter_map(|u| normalize(u, &self.identity))
+            .collect();
+        for message in merge_split(messages) {
+            self.accept_message(message).await?;
+        }
+        Ok(())
+    }
+
+    /// One update (webhook mode): into the inbox and to its conversation, or refused. `Err`
+    /// only when it could not be stored.
     async fn accept(&self, update: &teloxide_core::types::Update) -> Result<(), SubmitError> {
-        let Some(message) = normalize(update, &self.identity) else {
-            return Ok(());
-        };
+        match normalize(update, &self.identity) {
+            Some(message) => self.accept_message(message).await,
+            None => Ok(()),
+        }
+    }
+
+    /// One message: into the inbox and to its conversation, or refused.
+    async fn accept_message(&self, message: Incoming) -> Result<(), SubmitError> {
         let open_group = !message.private && self.open_groups.contains(&message.chat_id);
         if !open_group
             && !self.is_allowed(&message)
@@ -426,6 +474,31 @@ impl Adapter {
         })
     }
 
+    /// Side messages of Telegram conversations (the "queued" acknowledgement) sent as they
+    /// come; they answer no message, so they are not threaded.
+    async fn relay_notices(self: Arc<Self>, stop: CancellationToken) {
+        let mut notices = self.gateway.notices();
+        loop {
+            let notice = tokio::select! {
+                () = stop.cancelled() => return,
+                notice = notices.recv() => notice,
+            };
+            match notice {
+                Ok(notice) => {
+                    if let Some(to) = notice_destination(&notice.conversation_key)
+                        && let Err(error) = send_reply(&self.bot, to, &notice.text).await
+                    {
+                        tracing::debug!(%error, "telegram: notice not sent");
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                    tracing::debug!(missed, "telegram: skipped notices");
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    }
+
     /// `/start`: a greeting without a model call (once per message, through the inbox).
     async fn greet(&self, message: &Incoming, to: Destination) -> Result<(), SubmitError> {
         let accepted = self
@@ -542,6 +615,23 @@ fn meta(message: &Incoming, to: Destination) -> serde_json::Value {
     })
 }
 
+/// Where a notice for a Telegram conversation goes, from its key (DESIGN.md §3; this adapter
+/// keys groups per user: `telegram:group:<chat>[:<topic>]:<user>`).
+fn notice_destination(key: &str) -> Option<Destination> {
+    let parts: Vec<&str> = key.strip_prefix(TARGET_PREFIX)?.split(':').collect();
+    let (chat, topic) = match parts.as_slice() {
+        ["dm", chat] => (chat, None),
+        ["group", chat, _user] => (chat, None),
+        ["group", chat, topic, _user] => (chat, topic.parse().ok()),
+        _ => return None,
+    };
+    Some(Destination {
+        chat_id: chat.parse().ok()?,
+        topic_id: topic,
+        reply_to: None,
+    })
+}
+
 /// Where an outbox row goes, from its target and the meta stored with it.
 fn destination(row: &OutboxItem) -> Option<Destination> {
     let chat_id = row.target.strip_prefix(TARGET_PREFIX)?.parse().ok()?;
@@ -551,4 +641,21 @@ fn destination(row: &OutboxItem) -> Option<Destination> {
         topic_id: meta["topic_id"].as_i64(),
         reply_to: meta["reply_to"].as_i64(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notices_find_their_chat_and_topic_from_the_key() {
+        let dm = notice_destination("telegram:dm:42").expect("dm");
+        assert_eq!((dm.chat_id, dm.topic_id), (42, None));
+        let group = notice_destination("telegram:group:-1005:7").expect("group");
+        assert_eq!((group.chat_id, group.topic_id), (-1005, None));
+        let topic = notice_destination("telegram:group:-1005:11:7").expect("topic");
+        assert_eq!((topic.chat_id, topic.topic_id), (-1005, Some(11)));
+        assert!(notice_destination("webhook:crm:x").is_none());
+        assert!(notice_destination("telegram:dm:not-a-number").is_none());
+    }
 }

@@ -437,3 +437,45 @@ async fn webhook_mode_registers_checks_the_secret_and_runs_each_update_once() {
     );
     assert_eq!(model.requests().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_sent_while_a_turn_runs_is_acknowledged_then_answered() {
+    let (_model, telegram, home) = fakes(vec![
+        Reply::text("slow first answer").delay(Duration::from_millis(1_500)),
+        Reply::text("second answer"),
+    ])
+    .await;
+    let _iris = iris(home.path()).await;
+    telegram.push_text(&From::dm(42), "first");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    telegram.push_text(&From::dm(42), "second");
+    let sent = replies(&telegram, 42, 3, home.path()).await;
+    assert!(
+        sent[0].starts_with("Got it"),
+        "queued acknowledgement first: {sent:?}"
+    );
+    assert_eq!(&sent[1..], ["slow first answer", "second answer"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_message_the_client_split_is_one_turn() {
+    let (model, telegram, home) =
+        fakes(vec![Reply::text("read it all"), Reply::text("short one")]).await;
+    let _iris = iris(home.path()).await;
+    let first = format!("{} END-OF-PART-ONE", "word ".repeat(810));
+    assert!(first.len() >= 4000 && first.len() <= 4096);
+    telegram.push_text(&From::dm(42), &first);
+    // The second part arrives a moment later, in another getUpdates batch.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    telegram.push_text(&From::dm(42), "PART-TWO tail");
+    let sent = replies(&telegram, 42, 1, home.path()).await;
+    assert_eq!(sent, ["read it all"]);
+    telegram.push_text(&From::dm(42), "unrelated");
+    replies(&telegram, 42, 2, home.path()).await;
+    let asked = model.requests()[0].body["messages"].to_string();
+    assert!(
+        asked.contains("END-OF-PART-ONE") && asked.contains("PART-TWO tail"),
+        "one turn with both parts"
+    );
+    assert_eq!(model.requests().len(), 2, "two turns, not three");
+}

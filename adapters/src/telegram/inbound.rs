@@ -73,3 +73,87 @@ pub fn normalize(update: &Update, bot: &BotIdentity) -> Option<Incoming> {
         addressed,
     })
 }
+
+/// A message at least this long (UTF-16 units) may be the first part of one the Telegram
+/// client split at its 4,096 limit.
+pub const SPLIT_PART_UNITS: usize = 4000;
+
+/// Whether more parts of `message` may follow.
+pub fn may_continue(message: &Incoming) -> bool {
+    crate::split::utf16_units(&message.text) >= SPLIT_PART_UNITS
+}
+
+/// Joins the parts of messages the Telegram client split: a message from the same user in the
+/// same chat and topic right after one of [`SPLIT_PART_UNITS`] or more is its continuation.
+/// The joined message keeps the first part's ids (so a redelivered batch joins the same way
+/// and runs once).
+pub fn merge_split(messages: Vec<Incoming>) -> Vec<Incoming> {
+    let mut merged: Vec<Incoming> = Vec::with_capacity(messages.len());
+    // Whether the last part taken (not the joined text so far) was long enough to continue.
+    let mut open = false;
+    for message in messages {
+        let continues = may_continue(&message);
+        if let Some(last) = merged.last_mut()
+            && open
+            && last.chat_id == message.chat_id
+            && last.user_id == message.user_id
+            && last.topic_id == message.topic_id
+        {
+            last.text.push('\n');
+            last.text.push_str(&message.text);
+            last.addressed |= message.addressed;
+            open = continues;
+            continue;
+        }
+        open = continues;
+        merged.push(message);
+    }
+    merged
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(id: i64, user: i64, text: &str) -> Incoming {
+        Incoming {
+            update_id: id,
+            chat_id: 1,
+            private: true,
+            topic_id: None,
+            message_id: id,
+            user_id: user,
+            username: None,
+            text: text.to_owned(),
+            addressed: true,
+        }
+    }
+
+    #[test]
+    fn parts_after_a_long_message_join_it() {
+        let long = "a".repeat(4096);
+        let merged = merge_split(vec![
+            msg(1, 7, &long),
+            msg(2, 7, &"b".repeat(4096)),
+            msg(3, 7, "tail"),
+            msg(4, 7, "separate"),
+        ]);
+        assert_eq!(merged.len(), 2);
+        assert_eq!(merged[0].message_id, 1);
+        assert!(merged[0].text.ends_with("\ntail"));
+        assert_eq!(merged[0].text.len(), 4096 * 2 + 2 + 4);
+        assert_eq!(merged[1].text, "separate");
+    }
+
+    #[test]
+    fn short_messages_and_other_users_stay_apart() {
+        let long = "a".repeat(4096);
+        let merged = merge_split(vec![
+            msg(1, 7, "short"),
+            msg(2, 7, "next"),
+            msg(3, 7, &long),
+            msg(4, 8, "other user"),
+        ]);
+        assert_eq!(merged.len(), 4);
+    }
+}
