@@ -208,7 +208,7 @@ struct Adapter {
     open_groups: Vec<i64>,
     gateway: Arc<Gateway>,
     store: Arc<dyn SessionStore>,
-    deliveries: mpsc::UnboundedSender<OutboxItem>,
+    deliveries: mpsc::UnboundedSender<Delivery>,
 }
 
 impl Adapter {
@@ -370,25 +370,18 @@ impl Adapter {
             Ok(Submission::Accepted { reply, .. }) => {
                 let typing = CancellationToken::new();
                 tokio::spawn(keep_typing(self.bot.clone(), destination, typing.clone()));
-                let store = self.store.clone();
                 let deliveries = self.deliveries.clone();
                 tokio::spawn(async move {
                     let answered = reply.await;
                     typing.cancel();
+                    // The reply's text is the stored row's (a retried turn keeps its first
+                    // answer), so it can be sent without reading the row back.
                     if let Ok(reply) = answered {
-                        // The row as stored: the deliverer sends what the outbox holds.
-                        match store.outbox_pending().await {
-                            Ok(rows) => {
-                                if let Some(row) =
-                                    rows.into_iter().find(|r| r.id == reply.outbox_id)
-                                {
-                                    let _ = deliveries.send(row);
-                                }
-                            }
-                            Err(error) => {
-                                tracing::warn!(%error, "telegram: outbox unreadable; the reply waits for the next start")
-                            }
-                        }
+                        let _ = deliveries.send(Delivery {
+                            id: reply.outbox_id,
+                            to: destination,
+                            text: reply.text,
+                        });
                     }
                 });
                 Ok(())
@@ -525,7 +518,9 @@ impl Adapter {
                 InboxState::Done,
             )
             .await?;
-        let _ = self.deliveries.send(row);
+        if let Some(delivery) = Delivery::from_row(&row) {
+            let _ = self.deliveries.send(delivery);
+        }
         Ok(())
     }
 
@@ -534,61 +529,77 @@ impl Adapter {
     /// sends, and it remembers what it finished, so a row is never sent twice by this process.
     async fn deliver(
         self: Arc<Self>,
-        mut queue: mpsc::UnboundedReceiver<OutboxItem>,
+        mut queue: mpsc::UnboundedReceiver<Delivery>,
         stop: CancellationToken,
     ) {
         let mut finished = std::collections::HashSet::new();
         let mut sweep = tokio::time::interval(SWEEP);
         loop {
-            let rows = tokio::select! {
+            let due = tokio::select! {
                 () = stop.cancelled() => return,
-                row = queue.recv() => match row { Some(row) => vec![row], None => return },
+                next = queue.recv() => match next { Some(delivery) => vec![delivery], None => return },
                 _ = sweep.tick() => match self.store.outbox_pending().await {
-                    Ok(rows) => rows.into_iter().filter(|r| r.target.starts_with(TARGET_PREFIX)).collect(),
+                    Ok(rows) => rows.iter().filter_map(Delivery::from_row).collect(),
                     Err(error) => {
                         tracing::warn!(%error, "telegram: outbox unreadable");
                         Vec::new()
                     }
                 },
             };
-            for row in rows {
-                if finished.contains(&row.id) {
+            for delivery in due {
+                if finished.contains(&delivery.id) {
                     continue;
                 }
-                match self.deliver_one(&row).await {
+                match self.deliver_one(&delivery).await {
                     Ok(()) => {
-                        finished.insert(row.id);
+                        finished.insert(delivery.id);
                     }
                     Err(error) => {
-                        tracing::warn!(%error, outbox = row.id, "telegram: reply not delivered yet")
+                        tracing::warn!(%error, outbox = delivery.id, "telegram: reply not delivered yet")
                     }
                 }
             }
         }
     }
 
-    async fn deliver_one(&self, row: &OutboxItem) -> Result<()> {
-        let attempts = self.store.outbox_begin_attempt(row.id).await?;
+    async fn deliver_one(&self, delivery: &Delivery) -> Result<()> {
+        let attempts = self.store.outbox_begin_attempt(delivery.id).await?;
         if attempts > MAX_ATTEMPTS {
-            self.store.outbox_mark_failed(row.id).await?;
+            self.store.outbox_mark_failed(delivery.id).await?;
             tracing::error!(
-                outbox = row.id,
+                outbox = delivery.id,
                 "telegram: gave up on a reply after {MAX_ATTEMPTS} attempts"
             );
             return Ok(());
         }
-        let to = destination(row).context("outbox row without a telegram destination")?;
-        let text = row.payload["reply"].as_str().unwrap_or_default();
-        match send_reply(&self.bot, to, text).await {
-            Ok(ids) => {
-                self.store.outbox_mark_delivered(row.id, &ids).await?;
-                Ok(())
-            }
-            Err(error) => {
-                // Left pending: sent again on the next start.
-                Err(error.into())
-            }
-        }
+        // On failure the row stays pending: the next sweep sends it again.
+        let ids = send_reply(&self.bot, delivery.to, &delivery.text).await?;
+        self.store.outbox_mark_delivered(delivery.id, &ids).await?;
+        Ok(())
+    }
+}
+
+/// A reply to send: its outbox row, where it goes, and its text.
+struct Delivery {
+    id: i64,
+    to: Destination,
+    text: String,
+}
+
+impl Delivery {
+    /// A pending outbox row of this adapter (its target and the meta stored with it).
+    fn from_row(row: &OutboxItem) -> Option<Self> {
+        let chat_id = row.target.strip_prefix(TARGET_PREFIX)?.parse().ok()?;
+        let meta = &row.payload["meta"];
+        Some(Self {
+            id: row.id,
+            to: Destination {
+                chat_id,
+                topic_id: meta["topic_id"].as_i64(),
+                reply_to: meta["reply_to"].as_i64(),
+            },
+            text: row.payload["reply"].as_str().unwrap_or_default().to_owned(),
+        })
     }
 }
 
@@ -629,17 +640,6 @@ fn notice_destination(key: &str) -> Option<Destination> {
         chat_id: chat.parse().ok()?,
         topic_id: topic,
         reply_to: None,
-    })
-}
-
-/// Where an outbox row goes, from its target and the meta stored with it.
-fn destination(row: &OutboxItem) -> Option<Destination> {
-    let chat_id = row.target.strip_prefix(TARGET_PREFIX)?.parse().ok()?;
-    let meta = &row.payload["meta"];
-    Some(Destination {
-        chat_id,
-        topic_id: meta["topic_id"].as_i64(),
-        reply_to: meta["reply_to"].as_i64(),
     })
 }
 
