@@ -10,7 +10,7 @@
 //!
 //! # Layout
 //! - [`types`]: the rows as plain data.
-//! - `common`, `rows`: the statements and row mappers both backends share.
+//! - `common`, `rows`, `pairing`: the statements and row mappers both backends share.
 //! - `ids`: session ids and lineage-numbered titles.
 //! - `search_text`: turns what a user typed into safe terms, and builds snippets.
 //! - `sqlite`, `postgres`: the two backends; `sqlite_writes` and `group_commit`: SQLite's hot
@@ -20,6 +20,8 @@
 mod rows;
 #[macro_use]
 mod common;
+#[macro_use]
+mod pairing;
 mod group_commit;
 mod ids;
 mod postgres;

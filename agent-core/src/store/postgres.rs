@@ -371,3 +371,4 @@ fn push_search_conditions(
 }
 
 impl_session_store!(PostgresStore, Postgres);
+impl_pairing!(PostgresStore);

@@ -435,3 +435,4 @@ impl Drop for SqliteStore {
 }
 
 impl_session_store!(SqliteStore, Sqlite);
+impl_pairing!(SqliteStore);
