@@ -233,6 +233,18 @@ pub(crate) struct Running {
     server: tokio::task::JoinHandle<()>,
 }
 
+/// Serves `app` on a free port of 127.0.0.1 until the returned task is aborted.
+pub(crate) async fn serve(
+    app: Router,
+) -> std::io::Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok((addr, server))
+}
+
 impl Running {
     /// Serves `handler` at `path` on a free port, following `script`.
     pub(crate) async fn start(
@@ -249,11 +261,7 @@ impl Running {
         let app = Router::new()
             .route(path, handler)
             .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let (addr, server) = serve(app).await?;
         Ok(Self {
             addr,
             shared,

@@ -128,11 +128,7 @@ impl FakeTelegram {
             .route("/{bot}/{method}", post(method).get(method))
             .route("/file/{bot}/{*path}", get(download))
             .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let (addr, server) = crate::script::serve(app).await?;
         Ok(Self {
             addr,
             shared,

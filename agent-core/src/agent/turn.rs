@@ -94,8 +94,8 @@ pub struct ConversationState {
 /// does not read the whole session back from the store (at a hundred turns a session that read
 /// was most of a turn's cost). It is exactly what [`chat_history`] of a fresh read gives: it is
 /// filled by one read and then extended by the same conversion of every message the loop
-/// stores. It belongs to one session: a state on another session reads afresh, and whoever
-/// deactivates messages calls [`ConversationState::forget_history`].
+/// stores. It belongs to one session: a state on another session reads afresh, and messages
+/// are deactivated through [`ConversationState::deactivate_messages`], which drops it.
 #[derive(Debug, Clone, PartialEq)]
 struct CachedHistory {
     session_id: String,
@@ -180,9 +180,21 @@ impl ConversationState {
     }
 
     /// Drops the kept history: the next turn reads the session from the store. Call it after
-    /// changing the session's stored messages outside the loop (deactivating them).
+    /// changing the session's stored messages outside the loop.
     pub fn forget_history(&mut self) {
         self.history = None;
+    }
+
+    /// Deactivates messages of the current session (`/undo`, `/retry`) and drops the kept
+    /// history with them, so the next turn cannot send what was taken back.
+    pub async fn deactivate_messages(
+        &mut self,
+        store: &dyn crate::store::SessionStore,
+        ids: &[i64],
+    ) -> Result<u64, StoreError> {
+        let changed = store.deactivate_messages(&self.session_id, ids).await?;
+        self.forget_history();
+        Ok(changed)
     }
 
     /// The kept history of the current session, if any (what the next turn sends before tool-pair

@@ -238,105 +238,81 @@ pub(crate) async fn pairing_requests_are_limited_and_approved_once(store: Arc<dy
         max_pending: 3,
         per_user_interval: std::time::Duration::from_secs(600),
     };
-    let ask = |user: &str, hash: &str| NewPairing {
-        platform: "telegram".into(),
+    let ask_on = |platform: &str, user: &str, hash: &str| NewPairing {
+        platform: platform.into(),
         user_id: user.into(),
         username: Some(format!("name{user}")),
         code_hash: hash.into(),
     };
+    let request = |pairing: NewPairing, limits: PairingLimits| {
+        let store = store.clone();
+        async move { store.pairing_request(&pairing, limits).await.expect("ask") }
+    };
+    let approve = |platform: &'static str, hash: &'static str| {
+        let store = store.clone();
+        async move {
+            store
+                .pairing_approve(platform, hash)
+                .await
+                .expect("approve")
+        }
+    };
+    let paired = |platform: &'static str, user: &'static str| {
+        let store = store.clone();
+        async move { store.is_paired(platform, user).await.expect("paired?") }
+    };
+    let ask = |user: &str, hash: &str| ask_on("telegram", user, hash);
+
     assert_eq!(
-        store
-            .pairing_request(&ask("1", "h1"), limits)
-            .await
-            .expect("ask"),
+        request(ask("1", "h1"), limits).await,
         PairingOutcome::Created
     );
     assert_eq!(
-        store
-            .pairing_request(&ask("1", "h1b"), limits)
-            .await
-            .expect("ask"),
+        request(ask("1", "h1b"), limits).await,
         PairingOutcome::TooSoon,
         "one request per user per interval"
     );
     assert_eq!(
-        store
-            .pairing_request(&ask("2", "h2"), limits)
-            .await
-            .expect("ask"),
+        request(ask("2", "h2"), limits).await,
         PairingOutcome::Created
     );
     assert_eq!(
-        store
-            .pairing_request(&ask("3", "h3"), limits)
-            .await
-            .expect("ask"),
+        request(ask("3", "h3"), limits).await,
         PairingOutcome::Created
     );
     assert_eq!(
-        store
-            .pairing_request(&ask("4", "h4"), limits)
-            .await
-            .expect("ask"),
+        request(ask("4", "h4"), limits).await,
         PairingOutcome::TooMany,
         "at most three pending"
     );
     // Another platform has its own limit.
-    let mut discord = ask("4", "h4");
-    discord.platform = "discord".into();
     assert_eq!(
-        store.pairing_request(&discord, limits).await.expect("ask"),
+        request(ask_on("discord", "4", "h4"), limits).await,
         PairingOutcome::Created
     );
 
-    assert!(!store.is_paired("telegram", "2").await.expect("paired?"));
+    assert!(!paired("telegram", "2").await);
+    assert_eq!(approve("telegram", "nope").await, None);
     assert_eq!(
-        store
-            .pairing_approve("telegram", "nope")
-            .await
-            .expect("approve"),
-        None
-    );
-    assert_eq!(
-        store
-            .pairing_approve("discord", "h2")
-            .await
-            .expect("approve"),
+        approve("discord", "h2").await,
         None,
         "codes are per platform"
     );
-    let paired = store
-        .pairing_approve("telegram", "h2")
-        .await
-        .expect("approve")
-        .expect("found");
+    let user = approve("telegram", "h2").await.expect("found");
     assert_eq!(
-        (paired.user_id.as_str(), paired.username.as_deref()),
+        (user.user_id.as_str(), user.username.as_deref()),
         ("2", Some("name2"))
     );
-    assert!(store.is_paired("telegram", "2").await.expect("paired?"));
-    assert!(!store.is_paired("discord", "2").await.expect("paired?"));
+    assert!(paired("telegram", "2").await);
+    assert!(!paired("discord", "2").await);
+    assert_eq!(approve("telegram", "h2").await, None, "a code works once");
     assert_eq!(
-        store
-            .pairing_approve("telegram", "h2")
-            .await
-            .expect("again"),
-        None,
-        "a code works once"
-    );
-    assert_eq!(
-        store
-            .pairing_request(&ask("2", "h2c"), limits)
-            .await
-            .expect("ask"),
+        request(ask("2", "h2c"), limits).await,
         PairingOutcome::AlreadyPaired
     );
     // Approval freed a pending slot.
     assert_eq!(
-        store
-            .pairing_request(&ask("4", "h4"), limits)
-            .await
-            .expect("ask"),
+        request(ask("4", "h4"), limits).await,
         PairingOutcome::Created
     );
 
@@ -346,16 +322,10 @@ pub(crate) async fn pairing_requests_are_limited_and_approved_once(store: Arc<dy
         per_user_interval: std::time::Duration::from_millis(1),
         ..limits
     };
-    let mut other = ask("9", "h9");
-    other.platform = "other".into();
     assert_eq!(
-        store.pairing_request(&other, short).await.expect("ask"),
+        request(ask_on("other", "9", "h9"), short).await,
         PairingOutcome::Created
     );
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    assert_eq!(
-        store.pairing_approve("other", "h9").await.expect("approve"),
-        None,
-        "expired"
-    );
+    assert_eq!(approve("other", "h9").await, None, "expired");
 }

@@ -169,10 +169,10 @@ impl Actor {
             Some(Command::Retry) => {
                 match control::last_user_turn(&self.deps, &conversation.state).await? {
                     Some((ids, text)) => {
-                        store
-                            .deactivate_messages(&conversation.state.session_id, &ids)
+                        conversation
+                            .state
+                            .deactivate_messages(store.as_ref(), &ids)
                             .await?;
-                        conversation.state.forget_history();
                         self.turn(conversation, job, text, false, mailbox, waiting, last_ack)
                             .await
                     }

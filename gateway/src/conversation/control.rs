@@ -141,8 +141,7 @@ pub(super) async fn run(
         Command::Stop => "Nothing is running.".into(),
         Command::Undo => match last_exchange(deps, state).await? {
             Some(ids) => {
-                store.deactivate_messages(&state.session_id, &ids).await?;
-                state.forget_history();
+                state.deactivate_messages(store.as_ref(), &ids).await?;
                 "Forgot the last exchange.".into()
             }
             None => "There is nothing to undo.".into(),
