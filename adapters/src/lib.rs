@@ -3,9 +3,11 @@
 //! never depend on `agent-core`.
 //!
 //! # Layout
+//! - [`media`]: files users send, as the notes the conversation keeps of them.
 //! - [`split`]: long replies into parts a platform accepts (code fences kept whole, `(i/n)`).
 //! - [`telegram`] (feature `telegram`): the model's Markdown as Telegram HTML.
 
+pub mod media;
 pub mod split;
 #[cfg(feature = "telegram")]
 pub mod telegram;

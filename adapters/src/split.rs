@@ -5,9 +5,14 @@
 //! Where a split falls matters to the reader: at a paragraph if one is in the second half of
 //! the message, else at a line, else at a space, and only inside a word that is longer than a
 //! whole message. A split inside a fenced code block closes the fence at the end of one part and
-//! reopens it, with its language, at the start of the next, so every part renders as code. Each
-//! part of a split reply ends with an `(i/n)` marker. Every part, markers and fences included,
-//! fits the limit.
+//! reopens it, with its language, at the start of the next, so every part renders as code. A
+//! split never falls inside an inline entity (bold, italic, strikethrough, a link, a code
+//! span, as the Markdown parser sees them) unless the entity is longer than a whole message:
+//! each part is formatted on its own, and a cut entity would show as stray `**` or a broken
+//! link. Each part of a split reply ends with an `(i/n)` marker. Every part, markers and
+//! fences included, fits the limit.
+
+use std::ops::Range;
 
 /// How a platform counts a message's length.
 pub type Measure = fn(&str) -> usize;
@@ -36,6 +41,8 @@ struct Segment<'a> {
     fence_after: Option<&'a str>,
     /// The segment is an empty line: a paragraph ends before it.
     blank: bool,
+    /// Whether a split right after this segment would cut an inline entity.
+    inside_entity: bool,
 }
 
 /// Splits `text` into parts of at most `max` as counted by `measure`. A text that fits is one
@@ -75,10 +82,41 @@ fn part_end(segments: &[Segment<'_>], start: usize, max: usize, measure: Measure
         return end;
     }
     let half = max / 2;
-    (start + 1..end)
+    let chosen = (start + 1..end)
         .rev()
         .find(|&at| segments[at].blank && size(&segments[start..at], measure) >= half)
-        .unwrap_or(end)
+        .unwrap_or(end);
+    if !segments[chosen - 1].inside_entity {
+        return chosen;
+    }
+    (start + 1..chosen)
+        .rev()
+        .find(|&at| !segments[at - 1].inside_entity)
+        .unwrap_or(chosen)
+}
+
+/// Byte ranges of the inline entities in `text` that a split must not fall inside.
+fn entity_spans(text: &str) -> Vec<Range<usize>> {
+    use pulldown_cmark::{Event, Options, Parser, Tag};
+    Parser::new_ext(text, Options::ENABLE_STRIKETHROUGH)
+        .into_offset_iter()
+        .filter_map(|(event, range)| match event {
+            Event::Start(
+                Tag::Emphasis
+                | Tag::Strong
+                | Tag::Strikethrough
+                | Tag::Link { .. }
+                | Tag::Image { .. },
+            )
+            | Event::Code(_) => Some(range),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether a split at byte `at` would cut one of `spans`.
+fn cuts(spans: &[Range<usize>], at: usize) -> bool {
+    spans.iter().any(|span| span.start < at && at < span.end)
 }
 
 /// The measured size of a part made of `segments`, with its fences and marker room.
@@ -115,9 +153,13 @@ fn segments(text: &str, max: usize, measure: Measure) -> Vec<Segment<'_>> {
     let budget = max
         .saturating_sub(measure(MARKER_ROOM) + measure("```a-long-language\n\n```"))
         .max(1);
+    let spans = entity_spans(text);
     let mut segments = Vec::new();
     let mut fence: Option<&str> = None;
+    let mut offset = 0;
     for line in text.split_inclusive('\n') {
+        let line_start = offset;
+        offset += line.len();
         let before = fence;
         if let Some(info) = fence_line(line) {
             fence = match fence {
@@ -131,15 +173,19 @@ fn segments(text: &str, max: usize, measure: Measure) -> Vec<Segment<'_>> {
                 fence_before: before,
                 fence_after: fence,
                 blank: line.trim().is_empty() && before.is_none(),
+                inside_entity: cuts(&spans, offset),
             });
             continue;
         }
-        for run in runs(line, budget, measure) {
+        let mut run_end = line_start;
+        for run in runs(line, budget, measure, |at| cuts(&spans, line_start + at)) {
+            run_end += run.len();
             segments.push(Segment {
                 text: run,
                 fence_before: fence,
                 fence_after: fence,
                 blank: false,
+                inside_entity: cuts(&spans, run_end),
             });
         }
     }
@@ -154,11 +200,13 @@ fn fence_line(line: &str) -> Option<&str> {
     (indent <= 3 && !rest.contains('`')).then(|| rest.trim())
 }
 
-/// A too-long line in runs of at most `budget`: each ends after a space when one is in the
-/// run's second half, else at the last character that fits.
-fn runs(line: &str, budget: usize, measure: Measure) -> Vec<&str> {
+/// A too-long line in runs of at most `budget`: each ends after a space (one that `cuts` no
+/// entity if it can) when one is in the run's second half, else at the last character that
+/// fits.
+fn runs(line: &str, budget: usize, measure: Measure, cuts: impl Fn(usize) -> bool) -> Vec<&str> {
     let mut runs = Vec::new();
     let mut rest = line;
+    let mut done = 0;
     while !rest.is_empty() {
         if measure(rest) <= budget {
             runs.push(rest);
@@ -166,6 +214,7 @@ fn runs(line: &str, budget: usize, measure: Measure) -> Vec<&str> {
         }
         let mut cut = 0;
         let mut last_space = None;
+        let mut last_clean_space = None;
         for (at, ch) in rest.char_indices() {
             let next = at + ch.len_utf8();
             if measure(&rest[..next]) > budget {
@@ -174,15 +223,24 @@ fn runs(line: &str, budget: usize, measure: Measure) -> Vec<&str> {
             cut = next;
             if ch == ' ' {
                 last_space = Some(next);
+                if !cuts(done + next) {
+                    last_clean_space = Some(next);
+                }
             }
         }
         if cut == 0 {
             // Not even one character fits; take it anyway rather than loop.
             cut = rest.chars().next().map_or(rest.len(), char::len_utf8);
         }
-        let at = last_space.filter(|&s| s * 2 >= cut).unwrap_or(cut);
+        let in_second_half = |s: &usize| s * 2 >= cut;
+        let at = last_clean_space
+            .filter(in_second_half)
+            .or(last_clean_space)
+            .or(last_space.filter(in_second_half))
+            .unwrap_or(cut);
         runs.push(&rest[..at]);
         rest = &rest[at..];
+        done += at;
     }
     runs
 }
@@ -275,6 +333,30 @@ mod tests {
         assert_eq!(split(&text, 4096, chars).len(), 1);
         let parts = check(&text, 4096, utf16_units);
         assert_eq!(parts.len(), 2);
+    }
+
+    #[test]
+    fn splits_fall_outside_bold_links_and_code_spans() {
+        // Lines of prose, each with a bold span that crosses into the next line, so the best
+        // line break for size is often inside one.
+        let mut text = String::new();
+        for i in 0..40 {
+            text.push_str(&format!(
+                "Item {i} says **this part is bold\nand so is this** then [a link](https://example.com/{i}) and `code {i}`.\n"
+            ));
+        }
+        for max in [300, 450, 700] {
+            for part in check(&text, max, chars) {
+                assert_eq!(part.matches("**").count() % 2, 0, "cut bold: {part:?}");
+                assert_eq!(part.matches('`').count() % 2, 0, "cut code: {part:?}");
+                assert_eq!(part.matches("](").count(), part.matches("[a link").count());
+            }
+        }
+        // One long line: runs break at spaces outside the entities.
+        let line = "plain words and **several bold words in a row** ".repeat(20);
+        for part in check(&line, 200, chars) {
+            assert_eq!(part.matches("**").count() % 2, 0, "cut bold: {part:?}");
+        }
     }
 
     #[test]

@@ -34,6 +34,7 @@ static SPEC: ModelSpec = ModelSpec {
         cache_read_per_mtok: None,
         cache_write_per_mtok: None,
     },
+    vision: false,
 };
 
 /// Answers at once: a tool call after a user message, text after a tool result.

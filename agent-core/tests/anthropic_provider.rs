@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use agent_core::llm::anthropic::{AnthropicConfig, AnthropicProvider};
 use agent_core::llm::{
-    ChatMessage, ChatRequest, ErrorClass, FinishReason, StreamEvent, Thinking, ToolCall, ToolSchema,
+    ChatMessage, ChatRequest, ErrorClass, FinishReason, ImagePart, StreamEvent, Thinking, ToolCall,
+    ToolSchema,
 };
 use agent_core::store::Role;
 use serde_json::json;
@@ -118,11 +119,10 @@ async fn tool_use_thinking_and_the_loop_history() {
     // travel together in one user message.
     let mut req = request();
     req.messages.push(ChatMessage {
-        role: Role::Assistant,
         content: None,
         tool_calls: first.tool_calls.clone(),
-        tool_call_id: None,
         thinking: first.thinking.clone(),
+        ..ChatMessage::text(Role::Assistant, "")
     });
     for (id, out) in [("toolu_0", "12:00"), ("toolu_1", "[]")] {
         req.messages.push(ChatMessage {
@@ -230,4 +230,34 @@ async fn both_providers_serve_behind_one_trait() {
             ),
         ]
     );
+}
+
+#[test]
+fn images_go_as_base64_blocks_only_to_a_model_that_sees_them() {
+    let mut req = request();
+    req.messages = vec![ChatMessage {
+        images: vec![ImagePart {
+            media_type: "image/jpeg".into(),
+            data: "/9j/4AAQ".into(),
+        }],
+        ..ChatMessage::text(Role::User, "what is this?")
+    }];
+    let mut config = AnthropicConfig::new("http://127.0.0.1:9", "claude-test");
+    config.spec.vision = true;
+    let body = AnthropicProvider::new(config.clone())
+        .expect("client")
+        .body(&req);
+    let blocks = &body["messages"][0]["content"];
+    assert_eq!(
+        blocks[0],
+        json!({"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9j/4AAQ"}})
+    );
+    assert_eq!(blocks[1]["text"], "what is this?");
+    config.spec.vision = false;
+    let body = AnthropicProvider::new(config).expect("client").body(&req);
+    let blocks = &body["messages"][0]["content"];
+    assert_eq!(blocks.as_array().map(Vec::len), Some(1), "{blocks}");
+    let text = blocks[0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("[1 image attached, not shown"), "{text}");
+    assert!(!body.to_string().contains("/9j/4AAQ"), "no image data");
 }

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use agent_core::llm::openai::{OpenAiConfig, OpenAiProvider};
 use agent_core::llm::{
-    ChatMessage, ChatRequest, ErrorClass, FinishReason, StreamEvent, ToolCall, ToolSchema,
+    ChatMessage, ChatRequest, ErrorClass, FinishReason, ImagePart, StreamEvent, ToolCall,
+    ToolSchema,
 };
 use agent_core::store::Role;
 use testkit::openai::{FakeOpenAi, Reply};
@@ -125,15 +126,13 @@ async fn history_with_tool_results_goes_out_in_the_wire_format() {
         .expect("fake");
     let mut req = request();
     req.messages.push(ChatMessage {
-        role: Role::Assistant,
         content: None,
         tool_calls: vec![ToolCall {
             id: "c1".into(),
             name: "clock".into(),
             arguments: "{}".into(),
         }],
-        tool_call_id: None,
-        thinking: Vec::new(),
+        ..ChatMessage::text(Role::Assistant, "")
     });
     req.messages.push(ChatMessage {
         tool_call_id: Some("c1".into()),
@@ -286,4 +285,36 @@ async fn an_unreachable_server_is_a_transport_error() {
         .await
         .expect_err("refused");
     assert_eq!(err.class, ErrorClass::Transport);
+}
+
+#[test]
+fn images_go_as_image_url_parts_only_to_a_model_that_sees_them() {
+    let mut req = request();
+    req.messages = vec![ChatMessage {
+        images: vec![ImagePart {
+            media_type: "image/png".into(),
+            data: "iVBORw0K".into(),
+        }],
+        ..ChatMessage::text(Role::User, "what is this?")
+    }];
+    let mut config = OpenAiConfig::new("http://127.0.0.1:9", "m");
+    config.spec.vision = true;
+    let body = OpenAiProvider::new(config.clone())
+        .expect("client")
+        .body(&req);
+    assert_eq!(
+        body["messages"][1]["content"],
+        serde_json::json!([
+            {"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0K"}},
+        ])
+    );
+    config.spec.vision = false;
+    let body = OpenAiProvider::new(config).expect("client").body(&req);
+    let text = body["messages"][1]["content"].as_str().expect("plain text");
+    assert!(
+        text.starts_with("what is this?\n[1 image attached, not shown"),
+        "{text}"
+    );
+    assert!(!body.to_string().contains("iVBORw0K"), "no image data");
 }

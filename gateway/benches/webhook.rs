@@ -313,6 +313,7 @@ fn main() {
                     platform_message_id: format!("idle-{n}"),
                     conversation_key: format!("webhook:bench:idle-{n}"),
                     text: "hi".into(),
+                    images: Vec::new(),
                     target: "webhook:bench".into(),
                     meta: serde_json::json!({}),
                     stream: None,

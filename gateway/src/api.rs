@@ -186,6 +186,7 @@ async fn completions(
         platform_message_id: id.clone(),
         conversation_key: key,
         text: new.join("\n\n"),
+        images: Vec::new(),
         target: "api".into(),
         meta: json!({"conversation": named}),
         stream: stream_tx,

@@ -105,6 +105,7 @@ pub async fn start(
         if let Some(route) = crate::telegram::start(
             &config.telegram,
             &token,
+            &loaded.home,
             intake,
             gateway.clone(),
             store.clone(),

@@ -30,6 +30,7 @@ pub fn provider(loaded: &Loaded, llm: &LlmConfig) -> Result<Arc<dyn ChatProvider
             cache_read_per_mtok: llm.cache_read_price_per_mtok,
             cache_write_per_mtok: llm.cache_write_price_per_mtok,
         },
+        vision: llm.sees_images(),
     };
     let key = loaded.secret(llm.key_env());
     let secs = Duration::from_secs;

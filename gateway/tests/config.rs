@@ -427,3 +427,34 @@ async fn tools_are_built_from_config_with_mcp_servers() {
     assert_eq!(tools.problems.len(), 1, "{:?}", tools.problems);
     assert!(tools.problems[0].contains("gone"), "{:?}", tools.problems);
 }
+
+#[test]
+fn vision_is_guessed_from_the_model_name_unless_set() {
+    let with = |model: &str, vision: Option<bool>| {
+        config::LlmConfig {
+            model: model.into(),
+            vision,
+            ..config::LlmConfig::default()
+        }
+        .sees_images()
+    };
+    let guessed: Vec<bool> = [
+        "gpt-4o-mini",
+        "anthropic/claude-sonnet-4",
+        "Qwen2.5-VL-7B-Instruct",
+        "o4-mini",
+        "gpt-3.5-turbo",
+        "o3-mini",
+        "deepseek-chat",
+        "SmolLM2-135M-Instruct",
+    ]
+    .iter()
+    .map(|m| with(m, None))
+    .collect();
+    assert_eq!(
+        guessed,
+        [true, true, true, true, false, false, false, false]
+    );
+    assert!(!with("gpt-4o", Some(false)), "the setting wins");
+    assert!(with("my-finetune", Some(true)));
+}

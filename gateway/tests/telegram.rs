@@ -6,7 +6,9 @@
 //! - a stranger gets a DM pairing code the operator approves with `iris pairing approve`; in a
 //!   group, only allowed users' messages that address the bot are answered, threaded, except
 //!   in an open group;
-//! - SIGKILL in the middle of a turn: after the restart the message is answered exactly once.
+//! - SIGKILL in the middle of a turn: after the restart the message is answered exactly once;
+//! - photos (an album as one turn, images to a model that sees them), voice and documents saved
+//!   and noted; album parts and split messages joined in webhook mode too.
 
 use std::time::Duration;
 
@@ -48,6 +50,29 @@ open_groups = [-3003]
 
 async fn iris(home: &std::path::Path) -> Iris {
     start(home, &[("TELEGRAM_BOT_TOKEN", TOKEN)]).await
+}
+
+const WEBHOOK_SECRET: &str = "hook-secret_0123456789";
+
+/// Iris in webhook mode, with [`WEBHOOK_SECRET`].
+async fn iris_webhook(home: &std::path::Path) -> Iris {
+    let config = std::fs::read_to_string(home.join("iris.toml")).expect("config");
+    std::fs::write(
+        home.join("iris.toml"),
+        config.replace(
+            "[telegram]\n",
+            "[telegram]\nmode = \"webhook\"\nwebhook_url = \"https://iris.example.com/telegram/webhook\"\n",
+        ),
+    )
+    .expect("config");
+    start(
+        home,
+        &[
+            ("TELEGRAM_BOT_TOKEN", TOKEN),
+            ("TELEGRAM_WEBHOOK_SECRET", WEBHOOK_SECRET),
+        ],
+    )
+    .await
 }
 
 /// The fake model with `script`, the fake Bot API, and a home configured for both.
@@ -367,24 +392,8 @@ async fn a_long_reply_arrives_in_parts_and_topics_are_separate_conversations() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_mode_registers_checks_the_secret_and_runs_each_update_once() {
     let (model, telegram, home) = fakes(vec![Reply::text("Webhook answer.")]).await;
-    let config = std::fs::read_to_string(home.path().join("iris.toml")).expect("config");
-    std::fs::write(
-        home.path().join("iris.toml"),
-        config.replace(
-            "[telegram]\n",
-            "[telegram]\nmode = \"webhook\"\nwebhook_url = \"https://iris.example.com/telegram/webhook\"\n",
-        ),
-    )
-    .expect("config");
-    let secret = "hook-secret_0123456789";
-    let iris = start(
-        home.path(),
-        &[
-            ("TELEGRAM_BOT_TOKEN", TOKEN),
-            ("TELEGRAM_WEBHOOK_SECRET", secret),
-        ],
-    )
-    .await;
+    let secret = WEBHOOK_SECRET;
+    let iris = iris_webhook(home.path()).await;
     assert_eq!(
         telegram.webhook().as_deref(),
         Some("https://iris.example.com/telegram/webhook")
@@ -478,4 +487,205 @@ async fn a_long_message_the_client_split_is_one_turn() {
         "one turn with both parts"
     );
     assert_eq!(model.requests().len(), 2, "two turns, not three");
+}
+
+/// A photo part of album `album` (file `id`, `bytes` served by the fake).
+fn photo(id: &str, bytes: usize, album: &str) -> serde_json::Value {
+    serde_json::json!({
+        "photo": [
+            {"file_id": format!("{id}-small"), "file_unique_id": format!("{id}s"), "width": 90, "height": 60, "file_size": 10},
+            {"file_id": id, "file_unique_id": format!("{id}u"), "width": 1280, "height": 720, "file_size": bytes},
+        ],
+        "media_group_id": album,
+    })
+}
+
+/// Sets `[llm] vision` in the home's config.
+fn with_vision(home: &std::path::Path, on: bool) {
+    let path = home.join("iris.toml");
+    let config = std::fs::read_to_string(&path).expect("config");
+    let config = config.replace(
+        "model = \"main\"\n",
+        &format!("model = \"main\"\nvision = {on}\n"),
+    );
+    std::fs::write(path, config).expect("config");
+}
+
+/// The image parts of the last user message of the `n`-th model request.
+fn image_urls(model: &FakeOpenAi, n: usize) -> Vec<String> {
+    let messages = &model.requests()[n].body["messages"];
+    let user = messages
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .cloned()
+        .unwrap_or_default();
+    user["content"]
+        .as_array()
+        .map(|parts| {
+            parts
+                .iter()
+                .filter_map(|p| p["image_url"]["url"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_album_is_one_turn_with_its_images_and_files_are_saved_and_noted() {
+    let (model, telegram, home) = fakes(vec![
+        Reply::text("Two photos."),
+        Reply::text("Heard it."),
+        Reply::text("Read it."),
+    ])
+    .await;
+    with_vision(home.path(), true);
+    let _iris = iris(home.path()).await;
+    let jpeg = |tag: u8| [0xFF, 0xD8, 0xFF, 0xE0, tag, tag, tag].to_vec();
+    telegram.add_file("p1", jpeg(1));
+    telegram.add_file("p2", jpeg(2));
+    let csv = b"city,temp\nParis,21\n".to_vec();
+    telegram.add_file("d1", csv.clone());
+    telegram.add_file("v1", b"OggS-voice".to_vec());
+
+    // An album: two messages, the caption on the first.
+    let dm = From::dm(42);
+    telegram.push_update(telegram.media_update(
+        &dm,
+        Some("what are these?"),
+        photo("p1", 7, "alb-1"),
+    ));
+    telegram.push_update(telegram.media_update(&dm, None, photo("p2", 7, "alb-1")));
+    let sent = replies(&telegram, 42, 1, home.path()).await;
+    assert_eq!(sent, ["Two photos."]);
+    use base64::Engine as _;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    assert_eq!(
+        image_urls(&model, 0),
+        [
+            format!("data:image/jpeg;base64,{}", b64(&jpeg(1))),
+            format!("data:image/jpeg;base64,{}", b64(&jpeg(2)))
+        ],
+        "one turn, both images, the largest size of each"
+    );
+    let saved = home.path().join("media/telegram/42");
+    assert_eq!(
+        std::fs::read(saved.join("p1u.jpg")).expect("saved"),
+        jpeg(1)
+    );
+    assert!(telegram.calls("getFile").iter().all(|c| {
+        !c.params["file_id"]
+            .as_str()
+            .unwrap_or_default()
+            .ends_with("-small")
+    }));
+
+    // A voice message, then a text document, then a stranger's photo (never fetched).
+    telegram.push_update(telegram.media_update(
+        &dm,
+        None,
+        serde_json::json!({"voice": {"file_id": "v1", "file_unique_id": "vo1", "duration": 3, "mime_type": "audio/ogg", "file_size": 10}}),
+    ));
+    replies(&telegram, 42, 2, home.path()).await;
+    telegram.push_update(telegram.media_update(
+        &dm,
+        Some("and this table"),
+        serde_json::json!({"document": {"file_id": "d1", "file_unique_id": "do1", "file_name": "weather.csv", "mime_type": "text/csv", "file_size": csv.len()}}),
+    ));
+    telegram.push_update(telegram.media_update(&From::dm(99), None, photo("p9", 7, "alb-9")));
+    let sent = replies(&telegram, 42, 3, home.path()).await;
+    assert_eq!(&sent[1..], ["Heard it.", "Read it."]);
+    let heard = model.requests()[1].body["messages"].to_string();
+    assert!(
+        heard.contains("[voice message 0:03, audio/ogg, 10 B: media/telegram/42/vo1.ogg]"),
+        "{heard}"
+    );
+    assert!(
+        heard.contains(
+            "what are these?\\n[photo 1280×720, 7 B: media/telegram/42/p1u.jpg]\\n[photo 1280×720"
+        ),
+        "the album's notes stay in the history: {heard}"
+    );
+    assert!(
+        image_urls(&model, 1).is_empty(),
+        "images go with their own turn only"
+    );
+    assert!(
+        !heard.contains(&b64(&jpeg(1))),
+        "no image bytes in the history"
+    );
+    let read = model.requests()[2].body["messages"].to_string();
+    assert!(
+        read.contains("and this table\\n[document \\\"weather.csv\\\" text/csv, 19 B: media/telegram/42/do1.csv]\\n```\\ncity,temp\\nParis,21\\n```"),
+        "a small text document is read into the message: {read}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        telegram
+            .calls("getFile")
+            .iter()
+            .all(|c| c.params["file_id"] != "p9"),
+        "a stranger's file is not downloaded"
+    );
+    assert_eq!(model.requests().len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_mode_joins_album_parts_and_split_messages() {
+    let (model, telegram, home) = fakes(vec![
+        Reply::text("An album."),
+        Reply::text("A long message."),
+    ])
+    .await;
+    with_vision(home.path(), false);
+    let secret = WEBHOOK_SECRET;
+    let iris = iris_webhook(home.path()).await;
+    telegram.add_file("p1", vec![0xFF, 0xD8, 1]);
+    telegram.add_file("p2", vec![0xFF, 0xD8, 2]);
+    let url = format!("{}/telegram/webhook", iris.base);
+    let client = reqwest::Client::new();
+    let post = |update: serde_json::Value| {
+        client
+            .post(&url)
+            .header("X-Telegram-Bot-Api-Secret-Token", secret)
+            .json(&update)
+            .send()
+    };
+    let dm = From::dm(42);
+    // The album's parts arrive as two requests at once; both are held until the album is
+    // stored, then both answered 200.
+    let (a, b) = tokio::join!(
+        post(telegram.media_update(&dm, Some("look"), photo("p1", 3, "alb-w"))),
+        post(telegram.media_update(&dm, None, photo("p2", 3, "alb-w"))),
+    );
+    assert_eq!(
+        [
+            a.expect("post").status().as_u16(),
+            b.expect("post").status().as_u16()
+        ],
+        [200, 200]
+    );
+    assert_eq!(replies(&telegram, 42, 1, home.path()).await, ["An album."]);
+    let asked = model.requests()[0].body["messages"].to_string();
+    assert_eq!(asked.matches("[photo 1280×720").count(), 2, "{asked}");
+    assert!(
+        asked.contains("[2 images attached, not shown: this model does not take images]"),
+        "a model without vision is told: {asked}"
+    );
+
+    // A long message in two pieces, one request after the other.
+    let first = format!("{} END-OF-PART-ONE", "word ".repeat(810));
+    let one = post(telegram.text_update(&dm, &first));
+    let two = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        post(telegram.text_update(&dm, "PART-TWO tail")).await
+    };
+    let (one, two) = tokio::join!(one, two);
+    assert_eq!(one.expect("post").status().as_u16(), 200);
+    assert_eq!(two.expect("post").status().as_u16(), 200);
+    let sent = replies(&telegram, 42, 2, home.path()).await;
+    assert_eq!(sent[1], "A long message.");
+    let asked = model.requests()[1].body["messages"].to_string();
+    assert!(asked.contains("END-OF-PART-ONE\\nPART-TWO tail"), "{asked}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(model.requests().len(), 2, "two turns for four updates");
 }

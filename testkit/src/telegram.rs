@@ -196,6 +196,24 @@ impl FakeTelegram {
         json!({ "update_id": update_id, "message": message })
     }
 
+    /// A message update from `from` carrying a file: `media` holds the message's file fields
+    /// (`{"photo": [...]}`, `{"document": {...}}`, `{"voice": {...}}`, and `media_group_id`
+    /// for an album), `caption` its caption. Not queued (see [`Self::push_update`]).
+    pub fn media_update(&self, from: &From, caption: Option<&str>, media: Value) -> Value {
+        let mut update = self.text_update(from, "");
+        let message = &mut update["message"];
+        if let Some(object) = message.as_object_mut() {
+            object.remove("text");
+            if let Some(caption) = caption {
+                object.insert("caption".into(), json!(caption));
+            }
+            if let Some(fields) = media.as_object() {
+                object.extend(fields.clone());
+            }
+        }
+        update
+    }
+
     /// Queues the last pushed update again, with the same `update_id` (Telegram redelivers
     /// after a lost confirmation).
     pub fn duplicate_last_update(&self) {

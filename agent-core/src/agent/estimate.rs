@@ -37,7 +37,7 @@ pub fn message(message: &ChatMessage) -> u64 {
         .iter()
         .map(|c| c.id.len() + c.name.len() + c.arguments.len())
         .sum();
-    let images = content.matches("data:image/").count() as u64;
+    let images = (content.matches("data:image/").count() + message.images.len()) as u64;
     TOKENS_PER_MESSAGE + tokens(content.len() + calls) + images * TOKENS_PER_IMAGE
 }
 

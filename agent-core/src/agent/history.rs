@@ -29,6 +29,7 @@ pub fn body_to_chat(body: &NewMessage) -> Option<ChatMessage> {
         tool_calls,
         tool_call_id: body.tool_call_id.clone(),
         thinking: Vec::new(),
+        images: Vec::new(),
     })
 }
 

@@ -23,5 +23,6 @@ pub mod turn;
 pub use compaction::{CompressionReport, Trigger};
 pub use prompt::PromptBuilder;
 pub use turn::{
-    Agent, ContextState, ConversationState, Steering, TurnConfig, TurnError, TurnEvent, TurnOutcome,
+    Agent, ContextState, ConversationState, Steering, TurnConfig, TurnError, TurnEvent,
+    TurnOutcome, UserInput,
 };

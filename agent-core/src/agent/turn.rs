@@ -71,6 +71,28 @@ pub struct Agent {
     pub config: TurnConfig,
 }
 
+/// What a user sent, for [`Agent::run_message`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UserInput {
+    /// The text as stored, notes of any attachments included.
+    pub text: String,
+    /// The platform's id of the message, to recognise a turn resumed after a crash.
+    pub platform_message_id: Option<String>,
+    /// Images for the model to see this turn; not stored (the text notes them).
+    pub images: Vec<crate::llm::ImagePart>,
+}
+
+impl UserInput {
+    /// A platform message's text, without images.
+    pub fn platform(text: impl Into<String>, platform_message_id: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            platform_message_id: Some(platform_message_id.into()),
+            images: Vec::new(),
+        }
+    }
+}
+
 /// Where a conversation stands between turns. Its actor keeps it; a turn updates it (a
 /// compression moves the conversation to a new session).
 #[derive(Debug, Clone, PartialEq)]
@@ -366,34 +388,42 @@ impl Agent {
         on_event: &(dyn Fn(TurnEvent) + Send + Sync),
         cancel: &CancellationToken,
     ) -> Result<TurnOutcome, TurnError> {
-        self.run_message(state, user_text, None, on_event, cancel)
-            .await
+        let input = UserInput {
+            text: user_text.to_owned(),
+            ..UserInput::default()
+        };
+        self.run_message(state, input, on_event, cancel).await
     }
 
     /// Runs one turn for a platform message. When the session already holds a user message
-    /// with this `platform_message_id` (a turn resumed after a crash), it is not stored again:
-    /// the turn goes on from what the interrupted attempt left.
+    /// with its `platform_message_id` (a turn resumed after a crash), it is not stored again:
+    /// the turn goes on from what the interrupted attempt left, its images put back on it.
     pub async fn run_message(
         &self,
         state: &mut ConversationState,
-        user_text: &str,
-        platform_message_id: Option<&str>,
+        input: UserInput,
         on_event: &(dyn Fn(TurnEvent) + Send + Sync),
         cancel: &CancellationToken,
     ) -> Result<TurnOutcome, TurnError> {
         // The history before the new message is stored (one actor writes to a session, so
         // nothing can come between); kept in the state between turns.
         let history = state.history(self.store.as_ref()).await?;
-        let resumed =
-            platform_message_id.is_some_and(|id| history.platform_ids.iter().any(|p| p == id));
+        let platform_id = input.platform_message_id.as_deref();
+        let resumed = platform_id.is_some_and(|id| history.platform_ids.iter().any(|p| p == id));
         let mut messages = repair(history.messages.clone());
         if resumed {
             tracing::info!(session = %state.session_id, "resuming a turn an earlier attempt started");
+            if let Some(user) = messages.iter_mut().rev().find(|m| m.role == Role::User) {
+                user.images = input.images;
+            }
         } else {
-            let mut message = NewMessage::text(Role::User, user_text);
-            message.platform_message_id = platform_message_id.map(str::to_owned);
+            let mut message = NewMessage::text(Role::User, &input.text);
+            message.platform_message_id = input.platform_message_id;
             state.append(self.store.as_ref(), &[message]).await?;
-            messages.push(ChatMessage::text(Role::User, user_text));
+            messages.push(ChatMessage {
+                images: input.images,
+                ..ChatMessage::text(Role::User, input.text)
+            });
         }
         let mut turn = self.begin(state, on_event, cancel).await?;
         turn.run(messages).await
@@ -542,6 +572,7 @@ impl Turn<'_> {
                 tool_calls: calls.clone(),
                 tool_call_id: None,
                 thinking: response.thinking,
+                images: Vec::new(),
             });
             self.run_tools(&calls, &mut messages).await?;
             self.take_steering(&mut messages).await?;

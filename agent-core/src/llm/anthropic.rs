@@ -72,8 +72,9 @@ impl AnthropicProvider {
     /// The request body, in the Messages API wire format.
     pub fn body(&self, request: &ChatRequest) -> Value {
         let mut messages: Vec<Value> = Vec::new();
+        let vision = self.config.spec.vision;
         for m in &request.messages {
-            let (role, blocks) = wire_blocks(m);
+            let (role, blocks) = wire_blocks(m, vision);
             // Tool results are user turns; consecutive ones share one message.
             match messages.last_mut() {
                 Some(last) if last["role"] == role && m.role == Role::Tool => {
@@ -165,7 +166,7 @@ impl AnthropicProvider {
 }
 
 /// A message as (role, content blocks).
-fn wire_blocks(m: &ChatMessage) -> (&'static str, Vec<Value>) {
+fn wire_blocks(m: &ChatMessage, vision: bool) -> (&'static str, Vec<Value>) {
     match m.role {
         Role::Tool => (
             "user",
@@ -196,10 +197,26 @@ fn wire_blocks(m: &ChatMessage) -> (&'static str, Vec<Value>) {
             }
             ("assistant", blocks)
         }
-        Role::User | Role::System => (
+        Role::User | Role::System if m.images.is_empty() => (
             "user",
             vec![json!({"type": "text", "text": m.content.clone().unwrap_or_default()})],
         ),
+        Role::User | Role::System if !vision => (
+            "user",
+            vec![
+                json!({"type": "text", "text": super::with_image_note(m.content.as_deref(), m.images.len())}),
+            ],
+        ),
+        Role::User | Role::System => {
+            // Images before the text, as Anthropic recommends.
+            let mut blocks: Vec<Value> = m
+                .images
+                .iter()
+                .map(|i| json!({"type": "image", "source": {"type": "base64", "media_type": i.media_type, "data": i.data}}))
+                .collect();
+            blocks.push(json!({"type": "text", "text": m.content.clone().unwrap_or_default()}));
+            ("user", blocks)
+        }
     }
 }
 

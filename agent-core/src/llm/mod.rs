@@ -63,6 +63,37 @@ pub struct ChatMessage {
     /// (Anthropic requires them, signed, while a tool loop continues). Never stored.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub thinking: Vec<Thinking>,
+    /// User messages of the running turn: images for a model that sees them (a provider whose
+    /// model does not drops them and says so in the text). Never stored: the stored text
+    /// carries a note of each image instead (DESIGN.md §4).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImagePart>,
+}
+
+/// An image sent to the model inline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImagePart {
+    /// `image/jpeg`, `image/png`, `image/gif` or `image/webp`.
+    pub media_type: String,
+    /// The image bytes, base64 (standard alphabet, padded).
+    pub data: String,
+}
+
+impl ImagePart {
+    /// The `data:` URL OpenAI-compatible servers take.
+    pub fn data_url(&self) -> String {
+        format!("data:{};base64,{}", self.media_type, self.data)
+    }
+}
+
+/// `text` as a model that cannot see images gets it: with a note in their place.
+pub fn with_image_note(text: Option<&str>, images: usize) -> String {
+    let what = if images == 1 { "image" } else { "images" };
+    let note = format!("[{images} {what} attached, not shown: this model does not take images]");
+    match text.filter(|t| !t.is_empty()) {
+        Some(text) => format!("{text}\n{note}"),
+        None => note,
+    }
 }
 
 /// A signed thinking block (Anthropic extended thinking).
@@ -80,6 +111,7 @@ impl ChatMessage {
             tool_calls: Vec::new(),
             tool_call_id: None,
             thinking: Vec::new(),
+            images: Vec::new(),
         }
     }
 }

@@ -72,7 +72,8 @@ impl OpenAiProvider {
         if let Some(system) = &request.system {
             messages.push(json!({"role": "system", "content": system}));
         }
-        messages.extend(request.messages.iter().map(wire_message));
+        let vision = self.config.spec.vision;
+        messages.extend(request.messages.iter().map(|m| wire_message(m, vision)));
         let mut body = json!({
             "model": self.config.model,
             "messages": messages,
@@ -159,8 +160,25 @@ impl OpenAiProvider {
     }
 }
 
-fn wire_message(m: &ChatMessage) -> Value {
-    let mut out = json!({"role": m.role.as_str(), "content": m.content});
+/// One message in the wire format; a user message's images become `image_url` parts when the
+/// model sees images, and a note in the text when it does not.
+fn wire_message(m: &ChatMessage, vision: bool) -> Value {
+    let content = match (&m.content, m.images.is_empty(), vision) {
+        (content, true, _) => json!(content),
+        (content, false, true) => {
+            let mut parts = vec![json!({"type": "text", "text": content.as_deref().unwrap_or("")})];
+            parts.extend(
+                m.images
+                    .iter()
+                    .map(|i| json!({"type": "image_url", "image_url": {"url": i.data_url()}})),
+            );
+            Value::Array(parts)
+        }
+        (content, false, false) => {
+            json!(super::with_image_note(content.as_deref(), m.images.len()))
+        }
+    };
+    let mut out = json!({"role": m.role.as_str(), "content": content});
     if m.role == Role::Assistant && !m.tool_calls.is_empty() {
         out["tool_calls"] = m
             .tool_calls

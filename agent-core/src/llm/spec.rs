@@ -14,6 +14,8 @@ pub struct ModelSpec {
     /// The most a request asks it to write; larger requests are lowered to this.
     pub max_output_tokens: u32,
     pub prices: Prices,
+    /// The model takes images (sent as image parts; otherwise only their text notes).
+    pub vision: bool,
 }
 
 impl Default for ModelSpec {
@@ -22,6 +24,7 @@ impl Default for ModelSpec {
             context_length: 128_000,
             max_output_tokens: 4096,
             prices: Prices::default(),
+            vision: false,
         }
     }
 }

@@ -8,8 +8,8 @@
 
 use agent_core::agent::{CompressionReport, Trigger};
 use agent_core::compress::{CompressionSettings, Compressor};
+use agent_core::llm::ModelSpec;
 use agent_core::llm::anthropic::{AnthropicConfig, AnthropicProvider};
-use agent_core::llm::{ModelSpec, Prices};
 use agent_core::redact::Redactor;
 use agent_core::store::{NewMessage, SearchQuery};
 use testkit::anthropic::FakeAnthropic;
@@ -310,7 +310,7 @@ async fn preflight_compresses_a_session_too_big_for_a_small_window() {
     config.spec = ModelSpec {
         context_length: 4_000,
         max_output_tokens: 256,
-        prices: Prices::default(),
+        ..ModelSpec::default()
     };
     let small: Arc<dyn ChatProvider> = Arc::new(OpenAiProvider::new(config).expect("client"));
     let mut s = setup(vec![small], 90).await;

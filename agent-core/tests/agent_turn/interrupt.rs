@@ -2,6 +2,7 @@
 //! what it said is stored as `interrupted`; a tool still running is stopped and its call
 //! answered as cancelled, so the transcript stays valid.
 
+use agent_core::agent::UserInput;
 use agent_core::agent::call::INTERRUPTED;
 use agent_core::tools::{Tool, ToolContext, ToolOutput};
 use serde_json::{Value, json};
@@ -175,8 +176,7 @@ async fn a_turn_resumed_after_a_crash_does_not_repeat_the_user_message() {
         .agent
         .run_message(
             &mut s.state,
-            USER,
-            Some("route:m-1"),
+            UserInput::platform(USER, "route:m-1"),
             &|_| {},
             &CancellationToken::new(),
         )
@@ -208,8 +208,7 @@ async fn a_turn_resumed_after_a_crash_does_not_repeat_the_user_message() {
     s.agent
         .run_message(
             &mut s.state,
-            "again",
-            Some("route:m-2"),
+            UserInput::platform("again", "route:m-2"),
             &|_| {},
             &CancellationToken::new(),
         )

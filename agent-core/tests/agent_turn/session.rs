@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use agent_core::agent::{ConversationState, PromptBuilder};
+use agent_core::agent::{ConversationState, PromptBuilder, UserInput};
 use agent_core::llm::openai::{OpenAiConfig, OpenAiProvider};
 use agent_core::llm::{ModelSpec, Prices};
 use agent_core::store::SessionSpec;
@@ -203,7 +203,12 @@ async fn the_kept_history_is_what_the_store_holds() {
     };
     for text in ["first", "second", "third"] {
         s.agent
-            .run_message(&mut s.state, text, Some(text), &|_| {}, &cancel)
+            .run_message(
+                &mut s.state,
+                UserInput::platform(text, text),
+                &|_| {},
+                &cancel,
+            )
             .await
             .expect("turn");
         let now = stored(&s).await;
@@ -238,7 +243,12 @@ async fn the_kept_history_is_what_the_store_holds() {
         .expect("deactivate");
     s.state.forget_history();
     s.agent
-        .run_message(&mut s.state, "fourth", Some("fourth"), &|_| {}, &cancel)
+        .run_message(
+            &mut s.state,
+            UserInput::platform("fourth", "fourth"),
+            &|_| {},
+            &cancel,
+        )
         .await
         .expect("turn");
     let sent = &fake.requests()[5].body["messages"];
@@ -256,4 +266,63 @@ async fn the_kept_history_is_what_the_store_holds() {
     );
     let now = stored(&s).await;
     assert_eq!(s.state.kept_history(), Some(from_store(&now).as_slice()));
+}
+
+#[tokio::test]
+async fn images_reach_the_model_for_their_turn_but_never_the_store() {
+    let fake = FakeOpenAi::start([
+        Reply::tool_calls([("clock", "{}")]),
+        Reply::text("A cat, at noon."),
+        Reply::text("Still a cat."),
+    ])
+    .await
+    .expect("fake");
+    let mut config = OpenAiConfig::new(&fake.base_url, "vision-model");
+    config.first_byte_timeout = Duration::from_secs(10);
+    config.spec.vision = true;
+    let seeing: Arc<dyn ChatProvider> = Arc::new(OpenAiProvider::new(config).expect("client"));
+    let mut s = setup(vec![seeing], 90).await;
+    let cancel = CancellationToken::new();
+    let input = UserInput {
+        images: vec![agent_core::llm::ImagePart {
+            media_type: "image/jpeg".into(),
+            data: "SU1BR0VEQVRB".into(),
+        }],
+        ..UserInput::platform("What is this? [photo: media/cat.jpg]", "tg:1")
+    };
+    s.agent
+        .run_message(&mut s.state, input, &|_| {}, &cancel)
+        .await
+        .expect("turn");
+    s.agent
+        .run_turn(&mut s.state, "And now?", &|_| {}, &cancel)
+        .await
+        .expect("turn");
+    let requests = fake.requests();
+    let image_parts = |i: usize| {
+        requests[i].body["messages"]
+            .as_array()
+            .map(|m| m.iter().filter(|m| m["content"].is_array()).count())
+            .unwrap_or_default()
+    };
+    // Both calls of the tool loop see the image; the next turn only its note.
+    assert_eq!([image_parts(0), image_parts(1), image_parts(2)], [1, 1, 0]);
+    assert_eq!(
+        requests[0].body["messages"][1]["content"][1]["image_url"]["url"],
+        "data:image/jpeg;base64,SU1BR0VEQVRB"
+    );
+    let stored = s
+        .agent
+        .store
+        .messages(&s.state.session_id)
+        .await
+        .expect("messages");
+    let everything =
+        serde_json::to_string(&stored.iter().map(|m| &m.body.content).collect::<Vec<_>>())
+            .expect("json");
+    assert!(
+        !everything.contains("SU1BR0VEQVRB"),
+        "image data stored: {everything}"
+    );
+    assert!(everything.contains("[photo: media/cat.jpg]"));
 }

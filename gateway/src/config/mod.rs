@@ -117,6 +117,9 @@ pub struct LlmConfig {
     /// Cached prompt tokens; the input price when unset.
     pub cache_read_price_per_mtok: Option<f64>,
     pub cache_write_price_per_mtok: Option<f64>,
+    /// The model takes images (photos sent in chat go to it as image parts; otherwise it gets
+    /// their text notes only). Unset: guessed from the model name ([`LlmConfig::sees_images`]).
+    pub vision: Option<bool>,
     /// Providers tried in order when this one fails (same keys, no nesting).
     pub fallback: Vec<LlmConfig>,
 }
@@ -138,12 +141,47 @@ impl Default for LlmConfig {
             output_price_per_mtok: 0.0,
             cache_read_price_per_mtok: None,
             cache_write_price_per_mtok: None,
+            vision: None,
             fallback: Vec::new(),
         }
     }
 }
 
+/// Model-name fragments of families that take images, for when `vision` is unset.
+const VISION_FAMILIES: &[&str] = &[
+    "gpt-4o",
+    "gpt-4.1",
+    "gpt-4-turbo",
+    "gpt-5",
+    "claude-3",
+    "claude-sonnet-4",
+    "claude-opus-4",
+    "claude-haiku-4",
+    "gemini",
+    "vision",
+    "-vl",
+    "llava",
+    "pixtral",
+    "gemma-3",
+    "llama-4",
+    "minicpm-v",
+];
+/// Name beginnings of OpenAI's reasoning models that take images (`o3-mini` does not).
+const VISION_PREFIXES: &[&str] = &["o1", "o3", "o4"];
+
 impl LlmConfig {
+    /// `vision` when set, else whether the model's name is of a family known to take images.
+    pub fn sees_images(&self) -> bool {
+        self.vision.unwrap_or_else(|| {
+            let name = self.model.to_ascii_lowercase();
+            let base = name.rsplit('/').next().unwrap_or(&name);
+            VISION_FAMILIES.iter().any(|family| name.contains(family))
+                || (VISION_PREFIXES.iter().any(|p| base.starts_with(p))
+                    && !base.starts_with("o3-mini")
+                    && !base.starts_with("o1-mini"))
+        })
+    }
+
     /// The variable that holds this provider's key.
     pub fn key_env(&self) -> &str {
         match (&self.api_key_env, self.provider.as_str()) {
@@ -318,6 +356,9 @@ pub struct TelegramConfig {
     /// Webhook mode: names the variable holding the secret Telegram sends back in
     /// `X-Telegram-Bot-Api-Secret-Token` (1–256 of `A-Z a-z 0-9 _ -`).
     pub webhook_secret_env: String,
+    /// Files users send larger than this many MiB are not downloaded (the Bot API serves at
+    /// most 20); the message still runs, with a note that the file was not fetched.
+    pub max_file_mb: u64,
 }
 
 impl Default for TelegramConfig {
@@ -331,6 +372,7 @@ impl Default for TelegramConfig {
             open_groups: Vec::new(),
             webhook_url: None,
             webhook_secret_env: "TELEGRAM_WEBHOOK_SECRET".into(),
+            max_file_mb: 20,
         }
     }
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use agent_core::agent::{Agent, ConversationState, TurnError, TurnEvent};
+use agent_core::agent::{Agent, ConversationState, TurnError, TurnEvent, UserInput};
 use agent_core::store::{
     InboxItem, InboxState, NewConversation, NewOutboxItem, SessionSpec, SessionStore, StoreError,
 };
@@ -227,7 +227,18 @@ impl Actor {
         );
         let started = std::time::Instant::now();
         tracing::info!(parent: &span, inbox = job.inbox.id, chars = text.chars().count(), "message received");
-        let platform_id = with_platform_id.then_some(job.inbox.platform_message_id.as_str());
+        // A message as it came (not `/retry`'s replay of an earlier one) with its images.
+        let input = if with_platform_id {
+            UserInput {
+                images: super::images::load(&job.inbox.payload).await,
+                ..UserInput::platform(text.clone(), job.inbox.platform_message_id.clone())
+            }
+        } else {
+            UserInput {
+                text: text.clone(),
+                ..UserInput::default()
+            }
+        };
         let mut arrivals = Arrivals::default();
         let result = {
             let stream = job.stream.clone();
@@ -237,13 +248,9 @@ impl Actor {
                 }
             };
             let running = tracing::Instrument::instrument(
-                self.deps.agent.run_message(
-                    &mut conversation.state,
-                    &text,
-                    platform_id,
-                    &on_event,
-                    &cancel,
-                ),
+                self.deps
+                    .agent
+                    .run_message(&mut conversation.state, input, &on_event, &cancel),
                 span.clone(),
             );
             tokio::pin!(running);

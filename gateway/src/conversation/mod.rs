@@ -9,10 +9,12 @@
 //! - [`actor`]: one per conversation: attempts, the turn, the outbox.
 //! - [`notice`]: what the user is told when a turn fails.
 //! - [`command`]: chat commands, recognised the same way on every platform.
+//! - `images`: the images saved with a message, read for the model when its turn runs.
 
 pub mod actor;
 pub mod command;
 mod control;
+mod images;
 pub mod key;
 pub mod notice;
 pub mod router;
@@ -40,12 +42,22 @@ pub struct Inbound {
     /// See [`key::conversation_key`].
     pub conversation_key: String,
     pub text: String,
+    /// Images saved with the message, for a model that sees images (the text notes them).
+    pub images: Vec<ImageFile>,
     /// Where the reply goes (outbox target).
     pub target: String,
     /// Anything else the adapter wants to keep with the message (user, chat ids…).
     pub meta: serde_json::Value,
     /// Receives the answer's text as it is written (not stored; the reply still is).
     pub stream: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+}
+
+/// An image a user sent, saved on disk; read when its turn runs (and again if the turn is
+/// resumed after a crash), so the inbox holds only the path.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ImageFile {
+    pub path: std::path::PathBuf,
+    pub media_type: String,
 }
 
 /// What [`Gateway::submit`] did with a message.
@@ -126,17 +138,21 @@ impl Gateway {
         if !self.router.has_room(&inbound.conversation_key) {
             return Err(SubmitError::Busy);
         }
+        let mut payload = json!({
+            "text": inbound.text,
+            "target": inbound.target,
+            "meta": inbound.meta,
+        });
+        if !inbound.images.is_empty() {
+            payload["images"] = json!(inbound.images);
+        }
         let accepted = self
             .store
             .inbox_accept(&NewInboxItem {
                 source: inbound.source.clone(),
                 platform_message_id: inbound.platform_message_id.clone(),
                 conversation_key: inbound.conversation_key.clone(),
-                payload: json!({
-                    "text": inbound.text,
-                    "target": inbound.target,
-                    "meta": inbound.meta,
-                }),
+                payload,
             })
             .await?;
         if !accepted.fresh {

@@ -202,6 +202,7 @@ async fn submit(
             true,
         ),
         text: message.text.clone(),
+        images: Vec::new(),
         target,
         meta: json!({
             "route": route,

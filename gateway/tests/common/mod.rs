@@ -69,6 +69,7 @@ pub fn inbound(key: &str, id: &str, text: &str) -> Inbound {
         platform_message_id: id.into(),
         conversation_key: key.into(),
         text: text.into(),
+        images: Vec::new(),
         target: "webhook:test".into(),
         meta: json!({}),
         stream: None,

@@ -3,14 +3,13 @@
 //! Polling: one loop calls `getUpdates`; every update of a batch is normalised, authorised,
 //! gated and written to the inbox before the next call's `offset` confirms the batch to
 //! Telegram, so a crash between the two only makes Telegram send the batch again — and the
-//! inbox runs each message once. A long message the Telegram client split (parts of ~4,096)
-//! is joined into one turn: a batch ending in a possible first part waits up to a second for
-//! the rest. Webhook: `setWebhook` with a secret token on start, and
-//! `POST /telegram/webhook` answers 200 only after the update is in the inbox (Telegram
-//! redelivers anything else); the secret is compared in constant time and a request without
-//! it is refused. Replies are written to the outbox by the conversation actors and sent by one
-//! deliverer (also the rows a previous run left pending), marked delivered with Telegram's
-//! message ids. While a turn runs the chat shows "typing…".
+//! inbox runs each message once. Messages that are parts of one — a long message the Telegram
+//! client split (parts of ~4,096), an album's photos — are joined into one turn: a batch
+//! ending in a possible part waits up to a second for the rest. Webhook: `setWebhook` with a
+//! secret token on start, and `POST /telegram/webhook` (see [`webhook`]). Files are downloaded
+//! before the message is stored (see [`files`]). Replies are written to the outbox by the
+//! conversation actors and sent by one deliverer (see [`delivery`]). While a turn runs the
+//! chat shows "typing…".
 //!
 //! Access fails closed: only `telegram.allowed_users` (ids or @usernames) and users the
 //! operator paired are answered; others are refused and logged — in a DM they get a pairing
@@ -21,9 +20,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use adapters::telegram::Bot;
-use adapters::telegram::inbound::{BotIdentity, Incoming, may_continue, merge_split, normalize};
+use adapters::telegram::inbound::{BotIdentity, Incoming, may_continue, merge_parts, normalize};
 use adapters::telegram::send::{Destination, keep_typing, send_reply};
-use agent_core::store::{InboxState, NewInboxItem, NewOutboxItem, OutboxItem, SessionStore};
+use agent_core::store::{InboxState, NewInboxItem, NewOutboxItem, SessionStore};
 use anyhow::{Context, Result};
 use serde_json::json;
 use teloxide_core::prelude::*;
@@ -32,9 +31,15 @@ use teloxide_core::{ApiError, RequestError};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use self::delivery::Delivery;
+use self::files::Files;
 use crate::config::TelegramConfig;
 use crate::conversation::key::{Place, conversation_key};
 use crate::conversation::{Gateway, Inbound, Submission, SubmitError};
+
+mod delivery;
+mod files;
+mod webhook;
 
 const SOURCE: &str = "telegram";
 const TARGET_PREFIX: &str = "telegram:";
@@ -48,7 +53,6 @@ const GREETING: &str = "Hi! I'm Iris. Send me a message and I'll answer. /help l
 
 /// The path Telegram posts updates to in webhook mode.
 pub const WEBHOOK_PATH: &str = "/telegram/webhook";
-const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
 
 /// How updates arrive.
 pub enum Intake {
@@ -61,10 +65,11 @@ pub enum Intake {
 }
 
 /// Starts the adapter once the bot is known (`getMe`): polling and delivery tasks, and in
-/// webhook mode the route to serve.
+/// webhook mode the route to serve. Files users send are saved under `home`.
 pub async fn start(
     config: &TelegramConfig,
     token: &str,
+    home: &std::path::Path,
     intake: Intake,
     gateway: Arc<Gateway>,
     store: Arc<dyn SessionStore>,
@@ -111,6 +116,10 @@ pub async fn start(
         identity,
         allowed: config.allowed_users.clone(),
         open_groups: config.open_groups.clone(),
+        files: Files {
+            home: home.to_owned(),
+            max_bytes: config.max_file_mb.saturating_mul(1024 * 1024),
+        },
         gateway,
         store,
         deliveries,
@@ -124,59 +133,13 @@ pub async fn start(
         }
         Intake::Webhook { secret, .. } => Ok(Some(
             axum::Router::new()
-                .route(WEBHOOK_PATH, axum::routing::post(receive))
-                .with_state(Arc::new(Receiver { adapter, secret })),
+                .route(WEBHOOK_PATH, axum::routing::post(webhook::receive))
+                .with_state(Arc::new(webhook::Receiver {
+                    adapter,
+                    secret,
+                    gatherer: Arc::default(),
+                })),
         )),
-    }
-}
-
-struct Receiver {
-    adapter: Arc<Adapter>,
-    secret: String,
-}
-
-/// `POST /telegram/webhook`: 200 once the update is in the inbox; 401 without the secret,
-/// 400 for a body that is not an update, 500 when it could not be stored (Telegram retries).
-async fn receive(
-    axum::extract::State(receiver): axum::extract::State<Arc<Receiver>>,
-    headers: axum::http::HeaderMap,
-    body: axum::body::Bytes,
-) -> axum::response::Response {
-    use axum::http::StatusCode;
-    use axum::response::IntoResponse;
-    use subtle::ConstantTimeEq;
-    let given = headers
-        .get(SECRET_HEADER)
-        .map(axum::http::HeaderValue::as_bytes)
-        .unwrap_or_default();
-    if !bool::from(receiver.secret.as_bytes().ct_eq(given)) {
-        tracing::warn!("telegram webhook: a request without the right secret token was refused");
-        return (
-            StatusCode::UNAUTHORIZED,
-            axum::Json(json!({"error": "unauthorized", "message": "missing or wrong X-Telegram-Bot-Api-Secret-Token"})),
-        )
-            .into_response();
-    }
-    let update: teloxide_core::types::Update = match serde_json::from_slice(&body) {
-        Ok(update) => update,
-        Err(error) => {
-            return (
-                StatusCode::BAD_REQUEST,
-                axum::Json(json!({"error": "bad_request", "message": format!("not a Telegram update: {error}")})),
-            )
-                .into_response();
-        }
-    };
-    match receiver.adapter.accept(&update).await {
-        Ok(()) => StatusCode::OK.into_response(),
-        Err(error) => {
-            tracing::error!(%error, update = update.id.0, "telegram webhook: could not store an update; Telegram will send it again");
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                axum::Json(json!({"error": "unavailable", "message": "try again"})),
-            )
-                .into_response()
-        }
     }
 }
 
@@ -201,11 +164,12 @@ fn commands() -> Vec<BotCommand> {
     .collect()
 }
 
-struct Adapter {
+pub(super) struct Adapter {
     bot: Bot,
     identity: BotIdentity,
     allowed: Vec<String>,
     open_groups: Vec<i64>,
+    files: Files,
     gateway: Arc<Gateway>,
     store: Arc<dyn SessionStore>,
     deliveries: mpsc::UnboundedSender<Delivery>,
@@ -261,9 +225,10 @@ impl Adapter {
         }
     }
 
-    /// When a batch ends with a message long enough to be the first part of one the Telegram
-    /// client split, looks again for up to a second (with the same `offset`: nothing is
-    /// confirmed before it is stored) for the parts that follow.
+    /// When a batch ends with a message that may have more parts (long enough to be the first
+    /// part of one the Telegram client split, or in an album), looks again for up to a second
+    /// (with the same `offset`: nothing is confirmed before it is stored) for the parts that
+    /// follow.
     async fn await_split_parts(
         &self,
         offset: i32,
@@ -273,7 +238,7 @@ impl Adapter {
             let waiting = updates
                 .last()
                 .and_then(|u| normalize(u, &self.identity))
-                .is_some_and(|m| may_continue(&m));
+                .is_some_and(|m| m.album.is_some() || may_continue(&m));
             if !waiting {
                 return;
             }
@@ -286,7 +251,7 @@ impl Adapter {
         }
     }
 
-    /// A batch of updates, split messages joined; `Err` when one could not be stored.
+    /// A batch of updates, parts joined; `Err` when one could not be stored.
     async fn accept_batch(
         &self,
         updates: &[teloxide_core::types::Update],
@@ -295,23 +260,14 @@ impl Adapter {
             .iter()
             .filter_map(|u| normalize(u, &self.identity))
             .collect();
-        for message in merge_split(messages) {
+        for message in merge_parts(messages) {
             self.accept_message(message).await?;
         }
         Ok(())
     }
 
-    /// One update (webhook mode): into the inbox and to its conversation, or refused. `Err`
-    /// only when it could not be stored.
-    async fn accept(&self, update: &teloxide_core::types::Update) -> Result<(), SubmitError> {
-        match normalize(update, &self.identity) {
-            Some(message) => self.accept_message(message).await,
-            None => Ok(()),
-        }
-    }
-
     /// One message: into the inbox and to its conversation, or refused.
-    async fn accept_message(&self, message: Incoming) -> Result<(), SubmitError> {
+    pub(super) async fn accept_message(&self, message: Incoming) -> Result<(), SubmitError> {
         let open_group = !message.private && self.open_groups.contains(&message.chat_id);
         if !open_group
             && !self.is_allowed(&message)
@@ -357,11 +313,13 @@ impl Adapter {
                 user_id: message.user_id,
             }
         };
+        let fetched = self.files.fetch(&self.bot, &message).await;
         let inbound = Inbound {
             source: SOURCE.into(),
             platform_message_id: platform_id(&message),
             conversation_key: conversation_key(place, true),
-            text: message.text.clone(),
+            text: fetched.text,
+            images: fetched.images,
             target: format!("{TARGET_PREFIX}{}", message.chat_id),
             meta: meta(&message, destination),
             stream: None,
@@ -467,31 +425,6 @@ impl Adapter {
         })
     }
 
-    /// Side messages of Telegram conversations (the "queued" acknowledgement) sent as they
-    /// come; they answer no message, so they are not threaded.
-    async fn relay_notices(self: Arc<Self>, stop: CancellationToken) {
-        let mut notices = self.gateway.notices();
-        loop {
-            let notice = tokio::select! {
-                () = stop.cancelled() => return,
-                notice = notices.recv() => notice,
-            };
-            match notice {
-                Ok(notice) => {
-                    if let Some(to) = notice_destination(&notice.conversation_key)
-                        && let Err(error) = send_reply(&self.bot, to, &notice.text).await
-                    {
-                        tracing::debug!(%error, "telegram: notice not sent");
-                    }
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
-                    tracing::debug!(missed, "telegram: skipped notices");
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-            }
-        }
-    }
-
     /// `/start`: a greeting without a model call (once per message, through the inbox).
     async fn greet(&self, message: &Incoming, to: Destination) -> Result<(), SubmitError> {
         let accepted = self
@@ -523,84 +456,6 @@ impl Adapter {
         }
         Ok(())
     }
-
-    /// Sends outbox rows one at a time: those handed over as turns answer, and every few
-    /// seconds whatever else is pending (replies to resumed turns, failed sends). One task
-    /// sends, and it remembers what it finished, so a row is never sent twice by this process.
-    async fn deliver(
-        self: Arc<Self>,
-        mut queue: mpsc::UnboundedReceiver<Delivery>,
-        stop: CancellationToken,
-    ) {
-        let mut finished = std::collections::HashSet::new();
-        let mut sweep = tokio::time::interval(SWEEP);
-        loop {
-            let due = tokio::select! {
-                () = stop.cancelled() => return,
-                next = queue.recv() => match next { Some(delivery) => vec![delivery], None => return },
-                _ = sweep.tick() => match self.store.outbox_pending().await {
-                    Ok(rows) => rows.iter().filter_map(Delivery::from_row).collect(),
-                    Err(error) => {
-                        tracing::warn!(%error, "telegram: outbox unreadable");
-                        Vec::new()
-                    }
-                },
-            };
-            for delivery in due {
-                if finished.contains(&delivery.id) {
-                    continue;
-                }
-                match self.deliver_one(&delivery).await {
-                    Ok(()) => {
-                        finished.insert(delivery.id);
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, outbox = delivery.id, "telegram: reply not delivered yet")
-                    }
-                }
-            }
-        }
-    }
-
-    async fn deliver_one(&self, delivery: &Delivery) -> Result<()> {
-        let attempts = self.store.outbox_begin_attempt(delivery.id).await?;
-        if attempts > MAX_ATTEMPTS {
-            self.store.outbox_mark_failed(delivery.id).await?;
-            tracing::error!(
-                outbox = delivery.id,
-                "telegram: gave up on a reply after {MAX_ATTEMPTS} attempts"
-            );
-            return Ok(());
-        }
-        // On failure the row stays pending: the next sweep sends it again.
-        let ids = send_reply(&self.bot, delivery.to, &delivery.text).await?;
-        self.store.outbox_mark_delivered(delivery.id, &ids).await?;
-        Ok(())
-    }
-}
-
-/// A reply to send: its outbox row, where it goes, and its text.
-struct Delivery {
-    id: i64,
-    to: Destination,
-    text: String,
-}
-
-impl Delivery {
-    /// A pending outbox row of this adapter (its target and the meta stored with it).
-    fn from_row(row: &OutboxItem) -> Option<Self> {
-        let chat_id = row.target.strip_prefix(TARGET_PREFIX)?.parse().ok()?;
-        let meta = &row.payload["meta"];
-        Some(Self {
-            id: row.id,
-            to: Destination {
-                chat_id,
-                topic_id: meta["topic_id"].as_i64(),
-                reply_to: meta["reply_to"].as_i64(),
-            },
-            text: row.payload["reply"].as_str().unwrap_or_default().to_owned(),
-        })
-    }
 }
 
 /// `/start` or `/start@bot`, with or without a payload.
@@ -624,38 +479,4 @@ fn meta(message: &Incoming, to: Destination) -> serde_json::Value {
         "username": message.username,
         "update_id": message.update_id,
     })
-}
-
-/// Where a notice for a Telegram conversation goes, from its key (DESIGN.md §3; this adapter
-/// keys groups per user: `telegram:group:<chat>[:<topic>]:<user>`).
-fn notice_destination(key: &str) -> Option<Destination> {
-    let parts: Vec<&str> = key.strip_prefix(TARGET_PREFIX)?.split(':').collect();
-    let (chat, topic) = match parts.as_slice() {
-        ["dm", chat] => (chat, None),
-        ["group", chat, _user] => (chat, None),
-        ["group", chat, topic, _user] => (chat, topic.parse().ok()),
-        _ => return None,
-    };
-    Some(Destination {
-        chat_id: chat.parse().ok()?,
-        topic_id: topic,
-        reply_to: None,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn notices_find_their_chat_and_topic_from_the_key() {
-        let dm = notice_destination("telegram:dm:42").expect("dm");
-        assert_eq!((dm.chat_id, dm.topic_id), (42, None));
-        let group = notice_destination("telegram:group:-1005:7").expect("group");
-        assert_eq!((group.chat_id, group.topic_id), (-1005, None));
-        let topic = notice_destination("telegram:group:-1005:11:7").expect("topic");
-        assert_eq!((topic.chat_id, topic.topic_id), (-1005, Some(11)));
-        assert!(notice_destination("webhook:crm:x").is_none());
-        assert!(notice_destination("telegram:dm:not-a-number").is_none());
-    }
 }
