@@ -3,11 +3,13 @@
 //! never depend on `agent-core`.
 //!
 //! # Layout
+//! - [`platform`]: the `Platform` trait every adapter implements, and its message types.
 //! - [`media`]: files users send, as the notes the conversation keeps of them.
 //! - [`split`]: long replies into parts a platform accepts (code fences kept whole, `(i/n)`).
-//! - [`telegram`] (feature `telegram`): the model's Markdown as Telegram HTML.
+//! - [`telegram`] (feature `telegram`): the Telegram adapter (teloxide).
 
 pub mod media;
+pub mod platform;
 pub mod split;
 #[cfg(feature = "telegram")]
 pub mod telegram;

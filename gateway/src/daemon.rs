@@ -89,8 +89,8 @@ pub async fn start(
             )
         })?;
         let intake = match config.telegram.mode {
-            crate::config::TelegramMode::Polling => crate::telegram::Intake::Polling,
-            crate::config::TelegramMode::Webhook => crate::telegram::Intake::Webhook {
+            crate::config::TelegramMode::Polling => adapters::telegram::Intake::Polling,
+            crate::config::TelegramMode::Webhook => adapters::telegram::Intake::Webhook {
                 url: config.telegram.webhook_url.clone().context(
                     "telegram.mode = \"webhook\" needs telegram.webhook_url (the public URL of POST /telegram/webhook)",
                 )?,

@@ -7,6 +7,8 @@
 //! # Layout
 //! - [`api`]: the OpenAI-compatible API.
 //! - [`agent`]: the agent (providers, tools, prompt, compression) from configuration.
+//! - [`chat`]: chat platforms at run time: access, pairing, files, typing, delivery.
+//! - [`telegram`]: the Telegram adapter from `[telegram]`, and its webhook route.
 //! - [`cli`]: the command line and what each subcommand does.
 //! - [`daemon`]: what `iris serve` starts beside the health endpoints.
 //! - [`conversation`]: inbox, router, conversation actors, outbox.
@@ -22,6 +24,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod chat;
 pub mod cli;
 pub mod config;
 pub mod conversation;

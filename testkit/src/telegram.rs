@@ -399,12 +399,17 @@ async fn answer(shared: &Shared, method: &str, params: &mut Value) -> Response {
         })),
         "getupdates" => get_updates(shared, params).await,
         "sendmessage" => send_message(shared, params),
-        "editmessagetext" => ok(json!({
-            "message_id": params["message_id"],
-            "date": 1_764_500_000,
-            "chat": chat_json(params["chat_id"].as_i64().unwrap_or(0), "private"),
-            "text": params["text"],
-        })),
+        "editmessagetext" => {
+            if let Some(rejected) = reject_entities(&shared.lock(), params) {
+                return rejected;
+            }
+            ok(json!({
+                "message_id": params["message_id"],
+                "date": 1_764_500_000,
+                "chat": chat_json(params["chat_id"].as_i64().unwrap_or(0), "private"),
+                "text": params["text"],
+            }))
+        }
         "sendchataction" | "setmycommands" | "deletewebhook" | "deletemycommands" => {
             ok(json!(true))
         }
@@ -469,6 +474,17 @@ async fn get_updates(shared: &Shared, params: &Value) -> Response {
     }
 }
 
+/// The "can't parse entities" error, when that switch is on and the call has a `parse_mode`.
+fn reject_entities(inner: &Inner, params: &Value) -> Option<Response> {
+    (inner.reject_entities && params.get("parse_mode").is_some_and(|m| !m.is_null())).then(|| {
+        fail(
+            StatusCode::BAD_REQUEST,
+            "Bad Request: can't parse entities: Can't find end of the entity starting at byte offset 0",
+            None,
+        )
+    })
+}
+
 fn send_message(shared: &Shared, params: &Value) -> Response {
     let mut inner = shared.lock();
     if inner.rate_limited.0 > 0 {
@@ -480,12 +496,8 @@ fn send_message(shared: &Shared, params: &Value) -> Response {
             Some(json!({"retry_after": after})),
         );
     }
-    if inner.reject_entities && params.get("parse_mode").is_some_and(|m| !m.is_null()) {
-        return fail(
-            StatusCode::BAD_REQUEST,
-            "Bad Request: can't parse entities: Can't find end of the entity starting at byte offset 0",
-            None,
-        );
+    if let Some(rejected) = reject_entities(&inner, params) {
+        return rejected;
     }
     let message_id = inner.next_message_id;
     inner.next_message_id += 1;

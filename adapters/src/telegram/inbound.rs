@@ -6,16 +6,7 @@ use std::collections::HashMap;
 use teloxide_core::types::{Message, Update, UpdateKind};
 
 use crate::media::{FileInfo, MediaKind};
-
-/// A file attached to a message, as Telegram describes it (downloaded later, through
-/// `getFile`, once the sender is known to be allowed).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Media {
-    pub file_id: String,
-    /// Stable across bots and time: names the saved file.
-    pub unique_id: String,
-    pub info: FileInfo,
-}
+use crate::platform::{FileRef, InboundMessage, Origin};
 
 /// A message from Telegram, normalised.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,7 +25,7 @@ pub struct Incoming {
     pub text: String,
     /// Files attached: a photo (its largest size), a document, voice, audio or video; several
     /// once an album is merged.
-    pub media: Vec<Media>,
+    pub media: Vec<FileRef>,
     /// The album (`media_group_id`) this message belongs to: its parts arrive as separate
     /// messages and are merged into one turn.
     pub album: Option<String>,
@@ -114,9 +105,9 @@ fn mime(given: Option<&impl std::fmt::Display>, default: &str) -> String {
 }
 
 /// The file a message carries, if any.
-fn attached(message: &Message) -> Vec<Media> {
-    let media = |meta: &teloxide_core::types::FileMeta, info: FileInfo| Media {
-        file_id: meta.id.0.clone(),
+fn attached(message: &Message) -> Vec<FileRef> {
+    let media = |meta: &teloxide_core::types::FileMeta, info: FileInfo| FileRef {
+        fetch_id: meta.id.0.clone(),
         unique_id: meta.unique_id.0.clone(),
         info: FileInfo {
             bytes: u64::from(meta.size),
@@ -205,6 +196,27 @@ fn attached(message: &Message) -> Vec<Media> {
     found.into_iter().collect()
 }
 
+impl Incoming {
+    /// The message as the gateway takes it from any platform.
+    pub fn into_inbound(self) -> InboundMessage {
+        InboundMessage {
+            id: self.message_id.to_string(),
+            chat: self.chat_id.to_string(),
+            thread: self.topic_id.map(|t| t.to_string()),
+            origin: if self.private {
+                Origin::Private
+            } else {
+                Origin::Group
+            },
+            user_id: self.user_id.to_string(),
+            username: self.username,
+            text: self.text,
+            files: self.media,
+            addressed: self.addressed,
+        }
+    }
+}
+
 /// A message at least this long (UTF-16 units) may be the first part of one the Telegram
 /// client split at its 4,096 limit.
 pub const SPLIT_PART_UNITS: usize = 4000;
@@ -290,8 +302,8 @@ mod tests {
 
     fn photo(id: i64, album: &str, caption: &str) -> Incoming {
         Incoming {
-            media: vec![Media {
-                file_id: format!("f{id}"),
+            media: vec![FileRef {
+                fetch_id: format!("f{id}"),
                 unique_id: format!("u{id}"),
                 info: FileInfo {
                     kind: MediaKind::Photo,
@@ -327,7 +339,7 @@ mod tests {
                 (4, "another album", 1)
             ]
         );
-        assert_eq!(merged[0].media[1].file_id, "f3");
+        assert_eq!(merged[0].media[1].fetch_id, "f3");
     }
 
     #[test]

@@ -1,15 +1,22 @@
 //! Telegram through teloxide's Bot API client.
 //!
-//! - [`inbound`]: updates as normalised messages, with the group mention gate.
+//! - [`platform`]: the adapter as a [`crate::platform::Platform`]: polling or webhook intake,
+//!   file downloads, sending.
+//! - [`inbound`]: updates as normalised messages, with the group mention gate; parts joined.
+//! - [`gather`]: webhook mode's joining of parts that arrive as separate requests.
 //! - [`html`]: the model's Markdown as Telegram HTML.
 //! - [`reply_parts`]: a reply as the messages to send (split first, then formatted, so no
 //!   entity is cut); [`send`] sends them, with the plain-text and rate-limit fallbacks.
 
+pub mod gather;
 pub mod html;
 pub mod inbound;
+pub mod platform;
 pub mod send;
 
+pub use platform::{ConnectError, Intake, TelegramPlatform};
 pub use teloxide_core::Bot;
+pub use teloxide_core::types::Update;
 
 use crate::split;
 

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use teloxide_core::prelude::*;
-use teloxide_core::types::{ChatAction, MessageId, ParseMode, ReplyParameters, ThreadId};
+use teloxide_core::types::{MessageId, ParseMode, ReplyParameters, ThreadId};
 use teloxide_core::{ApiError, RequestError};
 
 use super::reply_parts;
@@ -79,23 +79,6 @@ async fn send_part(
                 tokio::time::sleep(Duration::from_millis(250 * u64::from(tries))).await;
             }
             Err(err) => return Err(err),
-        }
-    }
-}
-
-/// Shows "typing…" in `chat` every 4 s until `done` is cancelled (Telegram shows it for 5 s).
-pub async fn keep_typing(bot: Bot, to: Destination, done: tokio_util::sync::CancellationToken) {
-    loop {
-        let mut action = bot.send_chat_action(ChatId(to.chat_id), ChatAction::Typing);
-        if let Some(topic) = to.topic_id.and_then(|t| i32::try_from(t).ok()) {
-            action = action.message_thread_id(ThreadId(MessageId(topic)));
-        }
-        if let Err(error) = action.await {
-            tracing::debug!(%error, "typing indicator failed");
-        }
-        tokio::select! {
-            () = done.cancelled() => return,
-            () = tokio::time::sleep(Duration::from_secs(4)) => {}
         }
     }
 }

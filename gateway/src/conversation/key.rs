@@ -8,67 +8,52 @@
 /// Where a message was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Place<'a> {
-    TelegramDm {
-        chat_id: i64,
+    /// A direct message on a chat platform (`telegram`, `discord`).
+    Dm { platform: &'a str, chat: &'a str },
+    /// A group or guild channel, with `thread` for a forum topic.
+    Group {
+        platform: &'a str,
+        chat: &'a str,
+        thread: Option<&'a str>,
+        user: &'a str,
     },
-    /// A group or supergroup; `topic_id` for forum topics.
-    TelegramGroup {
-        chat_id: i64,
-        topic_id: Option<i64>,
-        user_id: i64,
-    },
-    DiscordDm {
-        channel_id: u64,
-    },
-    DiscordChannel {
-        channel_id: u64,
-        user_id: u64,
-    },
-    /// Threads are shared by everyone in them.
-    DiscordThread {
-        thread_id: u64,
-    },
+    /// A thread shared by everyone in it (Discord threads).
+    SharedThread { platform: &'a str, thread: &'a str },
     Webhook {
         route: &'a str,
         conversation: &'a str,
     },
     /// The OpenAI-compatible API: the `user` field or `X-Iris-Conversation`.
-    Api {
-        conversation: &'a str,
-    },
+    Api { conversation: &'a str },
 }
 
 /// The key of `place`. With `per_user` (the default), each user in a group or guild channel
 /// has their own conversation; without it the group shares one.
 pub fn conversation_key(place: Place<'_>, per_user: bool) -> String {
     match place {
-        Place::TelegramDm { chat_id } => format!("telegram:dm:{chat_id}"),
-        Place::TelegramGroup {
-            chat_id,
-            topic_id,
-            user_id,
+        Place::Dm { platform, chat } => format!("{platform}:dm:{chat}"),
+        Place::Group {
+            platform,
+            chat,
+            thread,
+            user,
         } => {
-            let mut key = format!("telegram:group:{chat_id}");
-            if let Some(topic) = topic_id {
-                key.push_str(&format!(":{topic}"));
+            // Telegram calls them groups, Discord guild channels (DESIGN.md §3).
+            let word = if platform == "discord" {
+                "channel"
+            } else {
+                "group"
+            };
+            let mut key = format!("{platform}:{word}:{chat}");
+            if let Some(thread) = thread {
+                key.push_str(&format!(":{thread}"));
             }
             if per_user {
-                key.push_str(&format!(":{user_id}"));
+                key.push_str(&format!(":{user}"));
             }
             key
         }
-        Place::DiscordDm { channel_id } => format!("discord:dm:{channel_id}"),
-        Place::DiscordChannel {
-            channel_id,
-            user_id,
-        } => {
-            if per_user {
-                format!("discord:channel:{channel_id}:{user_id}")
-            } else {
-                format!("discord:channel:{channel_id}")
-            }
-        }
-        Place::DiscordThread { thread_id } => format!("discord:thread:{thread_id}"),
+        Place::SharedThread { platform, thread } => format!("{platform}:thread:{thread}"),
         Place::Webhook {
             route,
             conversation,
@@ -92,21 +77,24 @@ mod tests {
 
     #[test]
     fn telegram_keys() {
-        assert_eq!(
-            conversation_key(Place::TelegramDm { chat_id: 42 }, true),
-            "telegram:dm:42"
-        );
-        let group = Place::TelegramGroup {
-            chat_id: -100_123,
-            topic_id: None,
-            user_id: 7,
+        let dm = Place::Dm {
+            platform: "telegram",
+            chat: "42",
+        };
+        assert_eq!(conversation_key(dm, true), "telegram:dm:42");
+        let group = Place::Group {
+            platform: "telegram",
+            chat: "-100123",
+            thread: None,
+            user: "7",
         };
         assert_eq!(conversation_key(group, true), "telegram:group:-100123:7");
         assert_eq!(conversation_key(group, false), "telegram:group:-100123");
-        let topic = Place::TelegramGroup {
-            chat_id: -100_123,
-            topic_id: Some(5),
-            user_id: 7,
+        let topic = Place::Group {
+            platform: "telegram",
+            chat: "-100123",
+            thread: Some("5"),
+            user: "7",
         };
         assert_eq!(conversation_key(topic, true), "telegram:group:-100123:5:7");
         assert_eq!(conversation_key(topic, false), "telegram:group:-100123:5");
@@ -114,22 +102,26 @@ mod tests {
 
     #[test]
     fn discord_keys() {
-        assert_eq!(
-            conversation_key(Place::DiscordDm { channel_id: 9 }, true),
-            "discord:dm:9"
-        );
-        let channel = Place::DiscordChannel {
-            channel_id: 11,
-            user_id: 3,
+        let dm = Place::Dm {
+            platform: "discord",
+            chat: "9",
+        };
+        assert_eq!(conversation_key(dm, true), "discord:dm:9");
+        let channel = Place::Group {
+            platform: "discord",
+            chat: "11",
+            thread: None,
+            user: "3",
         };
         assert_eq!(conversation_key(channel, true), "discord:channel:11:3");
         assert_eq!(conversation_key(channel, false), "discord:channel:11");
         // A thread is shared whatever the switch says.
         for per_user in [true, false] {
-            assert_eq!(
-                conversation_key(Place::DiscordThread { thread_id: 12 }, per_user),
-                "discord:thread:12"
-            );
+            let thread = Place::SharedThread {
+                platform: "discord",
+                thread: "12",
+            };
+            assert_eq!(conversation_key(thread, per_user), "discord:thread:12");
         }
     }
 

@@ -1,7 +1,8 @@
-//! Files users send, downloaded through `getFile` into `<data dir>/media/telegram/<chat>/`
-//! before the message is stored, so what the inbox holds is complete when Telegram is
-//! acknowledged (and a turn resumed after a crash still finds its files). Only messages from
-//! users who may talk to the bot get here: a stranger's file is never fetched.
+//! Files users send, downloaded (by the platform's [`Platform::fetch`]) into
+//! `<data dir>/media/<platform>/<chat>/` before the message is stored, so what the inbox holds
+//! is complete when the platform is told it is stored (and a turn resumed after a crash still
+//! finds its files). Only messages from users who may talk to the bot get here: a stranger's
+//! file is never fetched.
 //!
 //! Each file becomes a note in the message text ([`adapters::media::note`]); photos (and
 //! image documents) are also handed to the conversation as images for a model that sees them.
@@ -9,26 +10,18 @@
 //! the message still runs.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use adapters::media::{self, MissingFile, SavedFile};
-use adapters::telegram::Bot;
-use adapters::telegram::inbound::{Incoming, Media};
-use teloxide_core::net::Download;
-use teloxide_core::prelude::*;
-use teloxide_core::types::FileId;
+use adapters::platform::{FileRef, InboundMessage, Platform};
 
 use crate::conversation::ImageFile;
 
-/// Attempts at fetching one file when the network fails.
-const ATTEMPTS: u32 = 3;
-
-/// Where files go and how large they may be.
+/// Where one platform's files go.
 pub(super) struct Files {
     /// The data directory (`$IRIS_HOME`); notes show paths relative to it.
-    pub home: PathBuf,
-    /// Files larger than this are not downloaded (the Bot API serves at most 20 MB).
-    pub max_bytes: u64,
+    home: PathBuf,
+    /// `media/<platform>` under it.
+    dir: PathBuf,
 }
 
 /// A message's text with its files noted, and the images among them.
@@ -38,12 +31,19 @@ pub(super) struct Fetched {
 }
 
 impl Files {
+    pub fn new(home: &Path, platform: &str) -> Self {
+        Self {
+            home: home.to_owned(),
+            dir: home.join("media").join(platform),
+        }
+    }
+
     /// Downloads every file of `message` (one already on disk is not fetched again).
-    pub async fn fetch(&self, bot: &Bot, message: &Incoming) -> Fetched {
+    pub async fn fetch(&self, platform: &dyn Platform, message: &InboundMessage) -> Fetched {
         let mut notes = Vec::new();
         let mut images = Vec::new();
-        for item in &message.media {
-            match self.fetch_one(bot, message.chat_id, item).await {
+        for item in &message.files {
+            match self.fetch_one(platform, &message.chat, item).await {
                 Ok(saved) => {
                     if saved.is_model_image() {
                         images.push(ImageFile {
@@ -54,7 +54,7 @@ impl Files {
                     notes.push(media::note(&saved));
                 }
                 Err(reason) => {
-                    tracing::warn!(chat = message.chat_id, file = %item.unique_id, %reason, "telegram: file not downloaded");
+                    tracing::warn!(chat = %message.chat, file = %item.unique_id, %reason, "file not downloaded");
                     notes.push(media::missing_note(&MissingFile {
                         info: item.info.clone(),
                         reason,
@@ -72,15 +72,13 @@ impl Files {
         Fetched { text, images }
     }
 
-    async fn fetch_one(&self, bot: &Bot, chat_id: i64, item: &Media) -> Result<SavedFile, String> {
-        if item.info.bytes > self.max_bytes {
-            return Err(self.too_large());
-        }
-        let dir = self
-            .home
-            .join("media")
-            .join("telegram")
-            .join(chat_id.to_string());
+    async fn fetch_one(
+        &self,
+        platform: &dyn Platform,
+        chat: &str,
+        item: &FileRef,
+    ) -> Result<SavedFile, String> {
+        let dir = self.dir.join(safe_name(chat));
         let name = format!(
             "{}.{}",
             safe_name(&item.unique_id),
@@ -91,7 +89,7 @@ impl Files {
             tokio::fs::create_dir_all(&dir)
                 .await
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-            self.download(bot, item, &path).await?;
+            platform.fetch(item, &path).await?;
         }
         let mut info = item.info.clone();
         let bytes = tokio::fs::read(&path)
@@ -105,56 +103,10 @@ impl Files {
             path,
         })
     }
-
-    fn too_large(&self) -> String {
-        format!(
-            "larger than the {} limit",
-            media::human_bytes(self.max_bytes)
-        )
-    }
-
-    /// `getFile` and the download into `path` (through a temporary file, so a file that is
-    /// there is whole), retried when the network fails.
-    async fn download(&self, bot: &Bot, item: &Media, path: &Path) -> Result<(), String> {
-        let partial = path.with_extension("part");
-        let mut last = String::new();
-        for attempt in 0..ATTEMPTS {
-            if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(500 << attempt)).await;
-            }
-            let file = match bot.get_file(FileId(item.file_id.clone())).await {
-                Ok(file) => file,
-                Err(teloxide_core::RequestError::Api(error)) => {
-                    return Err(format!("Telegram refused it: {error}"));
-                }
-                Err(error) => {
-                    last = error.to_string();
-                    continue;
-                }
-            };
-            if u64::from(file.meta.size) > self.max_bytes {
-                return Err(self.too_large());
-            }
-            let mut out = tokio::fs::File::create(&partial)
-                .await
-                .map_err(|e| format!("cannot write {}: {e}", partial.display()))?;
-            match bot.download_file(&file.path, &mut out).await {
-                Ok(()) => {
-                    drop(out);
-                    return tokio::fs::rename(&partial, path)
-                        .await
-                        .map_err(|e| format!("cannot write {}: {e}", path.display()));
-                }
-                Err(error) => last = error.to_string(),
-            }
-        }
-        let _ = tokio::fs::remove_file(&partial).await;
-        Err(format!("download failed: {last}"))
-    }
 }
 
-/// `unique_id` as a file name: Telegram's ids are URL-safe base64, but nothing from outside
-/// names a file unchecked.
+/// An id from outside as a file name: platform ids are digits or URL-safe base64, but nothing
+/// from outside names a file unchecked.
 fn safe_name(unique_id: &str) -> String {
     let name: String = unique_id
         .chars()
