@@ -7,7 +7,10 @@
 //! - [`media`]: files users send, as the notes the conversation keeps of them.
 //! - [`split`]: long replies into parts a platform accepts (code fences kept whole, `(i/n)`).
 //! - [`telegram`] (feature `telegram`): the Telegram adapter (teloxide).
+//! - [`discord`] (feature `discord`): the Discord adapter (serenity's gateway, REST itself).
 
+#[cfg(feature = "discord")]
+pub mod discord;
 pub mod media;
 pub mod platform;
 pub mod split;

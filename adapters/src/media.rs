@@ -173,6 +173,26 @@ pub fn inline_text(info: &FileInfo, bytes: &[u8]) -> Option<String> {
     String::from_utf8(bytes.to_vec()).ok()
 }
 
+/// Writes `bytes` to `path` whole or not at all: through a temporary file, flushed and synced
+/// before it is renamed into place.
+pub async fn write_whole(path: &std::path::Path, bytes: &[u8]) -> Result<(), String> {
+    use tokio::io::AsyncWriteExt as _;
+    let partial = path.with_extension("part");
+    let written = async {
+        let mut out = tokio::fs::File::create(&partial).await?;
+        out.write_all(bytes).await?;
+        out.flush().await?;
+        out.sync_all().await?;
+        tokio::fs::rename(&partial, path).await
+    }
+    .await;
+    if let Err(error) = written {
+        let _ = tokio::fs::remove_file(&partial).await;
+        return Err(format!("cannot write {}: {error}", path.display()));
+    }
+    Ok(())
+}
+
 /// A file extension for `info`: the name's own when it has a short one, else one for the type.
 pub fn extension(info: &FileInfo) -> String {
     if let Some((_, ext)) = info.name.as_deref().and_then(|n| n.rsplit_once('.'))

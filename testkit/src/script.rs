@@ -230,19 +230,33 @@ pub(crate) fn pieces(text: &str, n: usize) -> Vec<String> {
 pub(crate) struct Running {
     pub(crate) addr: std::net::SocketAddr,
     pub(crate) shared: Arc<Shared>,
-    server: tokio::task::JoinHandle<()>,
+    _server: ServerTask,
 }
 
-/// Serves `app` on a free port of 127.0.0.1 until the returned task is aborted.
-pub(crate) async fn serve(
-    app: Router,
-) -> std::io::Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
+/// A fake's server task; the fake stops when this is dropped.
+pub(crate) struct ServerTask(tokio::task::JoinHandle<()>);
+
+impl Drop for ServerTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Serves `app` on a free port of 127.0.0.1 until the returned task is dropped.
+pub(crate) async fn serve(app: Router) -> std::io::Result<(std::net::SocketAddr, ServerTask)> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let server = tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    Ok((addr, server))
+    Ok((addr, ServerTask(server)))
+}
+
+/// A fake's state, locked; a test that panicked while holding it does not poison the rest.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Running {
@@ -265,7 +279,7 @@ impl Running {
         Ok(Self {
             addr,
             shared,
-            server,
+            _server: server,
         })
     }
 
@@ -275,12 +289,6 @@ impl Running {
             .lock()
             .map(|r| r.clone())
             .unwrap_or_default()
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.server.abort();
     }
 }
 

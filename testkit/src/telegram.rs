@@ -63,9 +63,7 @@ struct Shared {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::script::lock(&self.inner)
     }
 }
 
@@ -73,7 +71,7 @@ impl Shared {
 pub struct FakeTelegram {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    server: tokio::task::JoinHandle<()>,
+    _server: crate::script::ServerTask,
 }
 
 /// Who sent a pushed message, and where.
@@ -132,7 +130,7 @@ impl FakeTelegram {
         Ok(Self {
             addr,
             shared,
-            server,
+            _server: server,
         })
     }
 
@@ -289,12 +287,6 @@ impl FakeTelegram {
     /// The URL `setWebhook` set, if any.
     pub fn webhook(&self) -> Option<String> {
         self.shared.lock().webhook.clone()
-    }
-}
-
-impl Drop for FakeTelegram {
-    fn drop(&mut self) {
-        self.server.abort();
     }
 }
 

@@ -1,0 +1,343 @@
+//! Discord as a [`Platform`]: serenity's gateway client for what arrives, Discord's REST API
+//! (see [`rest`]) for what is sent.
+//!
+//! The gateway: one client with the guild-message, direct-message and message-content intents;
+//! serenity resumes a dropped connection (Discord replays what was missed) and re-identifies
+//! when it must; a message seen twice runs once because the inbox deduplicates on its id. If
+//! Discord refuses the message-content intent the log says how to enable it. serenity runs each
+//! event handler as its own task, so messages are put back in their (snowflake) order before
+//! they are handed over. Discord cannot be asked to send a message again, so a message that
+//! could not be stored is retried here a few times before it is logged as lost.
+//!
+//! With a configured base URL (a test's fake) serenity's REST client is pointed there with its
+//! rate limiter off (the limiter ignores the base URL), and `/gateway` is asked first: if it
+//! fails, connecting fails, instead of serenity falling back to the real Discord.
+
+pub mod inbound;
+pub mod rest;
+
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use serenity::all::{Context, EventHandler, GatewayIntents, Message, Ready};
+use serenity::http::HttpBuilder;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::platform::{
+    Address, Arrival, Capabilities, Dialect, FileRef, InboundMessage, Platform, SendError,
+};
+use rest::Rest;
+
+/// Discord's limit on a message's content, in characters.
+pub const MAX_MESSAGE_CHARS: usize = 2000;
+/// The real Discord; any other base URL is a test's fake or a proxy.
+pub const DISCORD_URL: &str = "https://discord.com";
+/// How long messages are held to put them back in order.
+const REORDER_WINDOW: Duration = Duration::from_millis(50);
+/// Attempts at storing a message before it is logged as lost.
+const STORE_ATTEMPTS: u32 = 5;
+
+/// How to reach Discord and what to take.
+#[derive(Debug, Clone)]
+pub struct DiscordSettings {
+    pub token: String,
+    pub api_url: String,
+    /// Answer other bots too.
+    pub allow_bots: bool,
+    pub max_file_bytes: u64,
+    pub shards: u32,
+}
+
+/// Why the adapter could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("discord: {0}")]
+    Rest(#[from] rest::RestError),
+    #[error(
+        "discord: the gateway URL could not be had from {url}/api/v10/gateway ({reason}); not connecting"
+    )]
+    Gateway { url: String, reason: String },
+    #[error("discord: /users/@me did not name the bot")]
+    NoUser,
+}
+
+/// The Discord adapter.
+pub struct DiscordPlatform {
+    settings: DiscordSettings,
+    rest: Rest,
+    bot_id: u64,
+    /// The application's id, known once READY arrived (slash commands need it).
+    application: Arc<OnceLock<String>>,
+    ready: Arc<tokio::sync::Notify>,
+}
+
+impl DiscordPlatform {
+    /// Checks the token (`/users/@me`) and the gateway URL.
+    pub async fn connect(settings: DiscordSettings) -> Result<Self, ConnectError> {
+        let rest = Rest::new(&settings.api_url, &settings.token)?;
+        let me = rest.current_user().await?;
+        let bot_id = me["id"]
+            .as_str()
+            .and_then(|id| id.parse().ok())
+            .ok_or(ConnectError::NoUser)?;
+        let gateway = rest
+            .gateway_url()
+            .await
+            .map_err(|e| ConnectError::Gateway {
+                url: settings.api_url.clone(),
+                reason: e.to_string(),
+            })?;
+        tracing::info!(bot = me["username"].as_str().unwrap_or(""), %gateway, "discord: token accepted");
+        Ok(Self {
+            settings,
+            rest,
+            bot_id,
+            application: Arc::default(),
+            ready: Arc::default(),
+        })
+    }
+
+    fn http(&self) -> serenity::http::Http {
+        let builder = HttpBuilder::new(&self.settings.token);
+        if self.settings.api_url.trim_end_matches('/') == DISCORD_URL {
+            builder.build()
+        } else {
+            builder
+                .proxy(self.settings.api_url.trim_end_matches('/'))
+                .ratelimiter_disabled(true)
+                .build()
+        }
+    }
+
+    /// Runs serenity's client until `stop`; started again after it fails.
+    async fn run_gateway(&self, handler: Handler, stop: &CancellationToken) {
+        let intents = GatewayIntents::GUILD_MESSAGES
+            | GatewayIntents::DIRECT_MESSAGES
+            | GatewayIntents::MESSAGE_CONTENT;
+        let mut backoff = Duration::from_secs(5);
+        loop {
+            let built = serenity::client::ClientBuilder::new_with_http(self.http(), intents)
+                .event_handler(handler.clone())
+                .await;
+            let mut client = match built {
+                Ok(client) => client,
+                Err(error) => {
+                    tracing::error!(%error, "discord: could not build the client");
+                    if sleep_or_stop(backoff, stop).await {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let shards = client.shard_manager.clone();
+            let outcome = tokio::select! {
+                () = stop.cancelled() => {
+                    shards.shutdown_all().await;
+                    return;
+                }
+                outcome = client.start_shards(self.settings.shards.max(1)) => outcome,
+            };
+            match outcome {
+                Err(serenity::Error::Gateway(
+                    serenity::gateway::GatewayError::DisallowedGatewayIntents,
+                )) => {
+                    tracing::error!(
+                        "discord refused the message content intent: enable \"Message Content Intent\" for this bot in the Discord Developer Portal (Bot → Privileged Gateway Intents); retrying in a minute"
+                    );
+                    backoff = Duration::from_secs(60);
+                }
+                Err(error) => tracing::error!(%error, "discord: the gateway connection ended"),
+                Ok(()) => tracing::warn!("discord: the gateway connection ended"),
+            }
+            if sleep_or_stop(backoff, stop).await {
+                return;
+            }
+        }
+    }
+}
+
+/// Sleeps `wait`; `true` when `stop` came first.
+async fn sleep_or_stop(wait: Duration, stop: &CancellationToken) -> bool {
+    tokio::select! {
+        () = stop.cancelled() => true,
+        () = tokio::time::sleep(wait) => false,
+    }
+}
+
+/// serenity's event handler: messages normalised and queued for the sequencer.
+#[derive(Clone)]
+struct Handler {
+    bot_id: u64,
+    allow_bots: bool,
+    queue: mpsc::UnboundedSender<InboundMessage>,
+    application: Arc<OnceLock<String>>,
+    ready: Arc<tokio::sync::Notify>,
+}
+
+#[serenity::async_trait]
+impl EventHandler for Handler {
+    async fn message(&self, _ctx: Context, message: Message) {
+        if let Some(inbound) = inbound::normalize(&message, self.bot_id, self.allow_bots) {
+            let _ = self.queue.send(inbound);
+        }
+    }
+
+    async fn ready(&self, _ctx: Context, ready: Ready) {
+        let _ = self.application.set(ready.application.id.get().to_string());
+        self.ready.notify_waiters();
+        tracing::info!(bot = %ready.user.name, guilds = ready.guilds.len(), "discord connected");
+    }
+}
+
+/// Hands messages over in snowflake order: what arrived within [`REORDER_WINDOW`] of the
+/// first is sorted, then stored one by one (retried when storing fails).
+async fn sequence(
+    mut queue: mpsc::UnboundedReceiver<InboundMessage>,
+    arrivals: mpsc::Sender<Arrival>,
+    stop: CancellationToken,
+) {
+    loop {
+        let first = tokio::select! {
+            () = stop.cancelled() => return,
+            next = queue.recv() => match next { Some(m) => m, None => return },
+        };
+        tokio::time::sleep(REORDER_WINDOW).await;
+        let mut batch = vec![first];
+        while let Ok(more) = queue.try_recv() {
+            batch.push(more);
+        }
+        batch.sort_by_key(|m| m.id.parse::<u64>().unwrap_or(u64::MAX));
+        for message in batch {
+            let id = message.id.clone();
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                match Arrival::hand_over(&arrivals, message.clone()).await {
+                    Ok(()) => break,
+                    Err(error) if attempt < STORE_ATTEMPTS => {
+                        tracing::warn!(%error, message = %id, "discord: could not store a message; retrying");
+                        if sleep_or_stop(Duration::from_millis(500 << attempt), &stop).await {
+                            return;
+                        }
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, message = %id, "discord: a message could not be stored and is lost (Discord does not send it again)");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn failed(error: rest::RestError) -> SendError {
+    SendError::Failed(error.to_string())
+}
+
+#[async_trait::async_trait]
+impl Platform for DiscordPlatform {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            name: "discord",
+            max_message: MAX_MESSAGE_CHARS,
+            measure: crate::split::chars,
+            dialect: Dialect::DiscordMarkdown,
+            threads: true,
+            typing_lasts: Duration::from_secs(10),
+        }
+    }
+
+    async fn run(&self, arrivals: mpsc::Sender<Arrival>, stop: CancellationToken) {
+        let (queue, queued) = mpsc::unbounded_channel();
+        let handler = Handler {
+            bot_id: self.bot_id,
+            allow_bots: self.settings.allow_bots,
+            queue,
+            application: self.application.clone(),
+            ready: self.ready.clone(),
+        };
+        let sequencer = tokio::spawn(sequence(queued, arrivals, stop.clone()));
+        self.run_gateway(handler, &stop).await;
+        sequencer.abort();
+    }
+
+    async fn fetch(&self, file: &FileRef, path: &Path) -> Result<(), String> {
+        if file.info.bytes > self.settings.max_file_bytes {
+            return Err(format!(
+                "larger than the {} limit",
+                crate::media::human_bytes(self.settings.max_file_bytes)
+            ));
+        }
+        let bytes = self
+            .rest
+            .download(&file.fetch_id, self.settings.max_file_bytes)
+            .await?;
+        crate::media::write_whole(path, &bytes).await
+    }
+
+    async fn send(&self, to: &Address, markdown: &str) -> Result<Vec<String>, SendError> {
+        let mut ids = Vec::new();
+        let parts = crate::split::split(markdown, MAX_MESSAGE_CHARS, crate::split::chars);
+        for (i, part) in parts.iter().enumerate() {
+            // Only the first part answers the user's message; the rest follow it.
+            let reply_to = if i == 0 { to.reply_to.as_deref() } else { None };
+            let channel = to.thread.as_deref().unwrap_or(&to.chat);
+            let id = self
+                .rest
+                .create_message(channel, part, reply_to)
+                .await
+                .map_err(failed)?;
+            ids.push(id);
+        }
+        Ok(ids)
+    }
+
+    async fn edit(&self, to: &Address, message_id: &str, markdown: &str) -> Result<(), SendError> {
+        if crate::split::chars(markdown) > MAX_MESSAGE_CHARS {
+            return Err(SendError::Failed(
+                "the new text is longer than one Discord message".into(),
+            ));
+        }
+        let channel = to.thread.as_deref().unwrap_or(&to.chat);
+        self.rest
+            .edit_message(channel, message_id, markdown)
+            .await
+            .map_err(failed)
+    }
+
+    async fn typing(&self, to: &Address) -> Result<(), SendError> {
+        let channel = to.thread.as_deref().unwrap_or(&to.chat);
+        self.rest.typing(channel).await.map_err(failed)
+    }
+
+    async fn publish_commands(&self, commands: &[(&str, &str)]) -> Result<(), SendError> {
+        let application = match self.application.get() {
+            Some(id) => id.clone(),
+            None => {
+                let waited = tokio::time::timeout(Duration::from_secs(60), async {
+                    loop {
+                        let notified = self.ready.notified();
+                        if let Some(id) = self.application.get() {
+                            return id.clone();
+                        }
+                        notified.await;
+                    }
+                })
+                .await;
+                waited.map_err(|_| {
+                    SendError::Failed("no READY from the gateway within a minute".into())
+                })?
+            }
+        };
+        let body: Vec<serde_json::Value> = commands
+            .iter()
+            .map(|(name, about)| serde_json::json!({"name": name, "description": about, "type": 1}))
+            .collect();
+        self.rest
+            .set_commands(&application, &serde_json::Value::Array(body))
+            .await
+            .map_err(failed)
+    }
+}

@@ -1,0 +1,186 @@
+//! The Discord adapter through the `Platform` trait, against the fake Discord (real serenity
+//! gateway client, real REST): messages arrive normalised and in order, a dropped connection
+//! is resumed with nothing lost or repeated, sends are split at 2,000 characters in order across
+//! a 429 and never mention anyone, and a failing `/gateway` fails loudly.
+
+#![cfg(feature = "discord")]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use adapters::discord::{DiscordPlatform, DiscordSettings};
+use adapters::platform::{Address, Platform};
+use testkit::discord::{Author, FakeDiscord};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+const TOKEN: &str = "fake-discord-token";
+
+fn settings(fake: &FakeDiscord) -> DiscordSettings {
+    DiscordSettings {
+        token: TOKEN.into(),
+        api_url: fake.api_url(),
+        allow_bots: false,
+        max_file_bytes: 1024,
+        shards: 1,
+    }
+}
+
+/// The adapter running against `fake`, and what it hands over (each stored at once).
+async fn running(
+    fake: &FakeDiscord,
+) -> (
+    Arc<DiscordPlatform>,
+    mpsc::Receiver<String>,
+    CancellationToken,
+) {
+    let discord = Arc::new(
+        DiscordPlatform::connect(settings(fake))
+            .await
+            .expect("connect"),
+    );
+    let (tx, mut arrived) = mpsc::channel(8);
+    let (texts_tx, texts) = mpsc::channel(64);
+    let stop = CancellationToken::new();
+    tokio::spawn({
+        let discord = discord.clone();
+        let stop = stop.clone();
+        async move { discord.run(tx, stop).await }
+    });
+    tokio::spawn(async move {
+        while let Some(arrival) = arrived.recv().await {
+            let m = &arrival.message;
+            let _ = texts_tx
+                .send(format!(
+                    "{}|{}|{:?}|{}",
+                    m.chat, m.text, m.origin, m.addressed
+                ))
+                .await;
+            let _ = arrival.stored.send(Ok(()));
+        }
+    });
+    for _ in 0..200 {
+        if fake.sessions().0 > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(fake.sessions().0, 1, "identified once");
+    (discord, texts, stop)
+}
+
+async fn text(texts: &mut mpsc::Receiver<String>) -> String {
+    tokio::time::timeout(Duration::from_secs(15), texts.recv())
+        .await
+        .expect("a message in time")
+        .expect("open")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_arrive_in_order_and_a_dropped_connection_is_resumed() {
+    let fake = FakeDiscord::start(TOKEN).await.expect("fake");
+    let (_discord, mut texts, stop) = running(&fake).await;
+    fake.message(&Author::dm(42), "hello", false);
+    fake.message(&Author::guild(77, 42), "chatter", false);
+    fake.message(&Author::guild(77, 42), "are you there?", true);
+    let mut bot = Author::guild(77, 43);
+    bot.bot = true;
+    fake.message(&bot, "I am a bot", true);
+    assert_eq!(
+        text(&mut texts).await,
+        format!("{}|hello|Private|true", 1_042)
+    );
+    assert_eq!(text(&mut texts).await, "77|chatter|Group|false");
+    assert_eq!(text(&mut texts).await, "77|are you there?|Group|true");
+
+    // The connection drops; what is sent meanwhile is replayed on Resume, once.
+    fake.drop_connection();
+    fake.message(&Author::dm(42), "while you were away", false);
+    assert_eq!(
+        text(&mut texts).await,
+        "1042|while you were away|Private|true"
+    );
+    fake.message(&Author::dm(42), "after", false);
+    assert_eq!(text(&mut texts).await, "1042|after|Private|true");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), texts.recv())
+            .await
+            .is_err(),
+        "nothing repeated, the bot's message ignored"
+    );
+    assert_eq!(fake.sessions(), (1, 1), "resumed, not identified again");
+    stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_replies_are_split_in_order_across_a_429_and_mention_no_one() {
+    let fake = FakeDiscord::start(TOKEN).await.expect("fake");
+    let discord = DiscordPlatform::connect(settings(&fake))
+        .await
+        .expect("connect");
+    let caps = discord.capabilities();
+    let to = Address {
+        chat: "77".into(),
+        thread: None,
+        reply_to: Some("555".into()),
+    };
+    let reply: String = (0..140)
+        .map(|i| format!("Line {i:03} of the answer, @everyone and <@123> are just text.\n"))
+        .collect();
+    assert!(reply.chars().count() > 7_000);
+    fake.rate_limit(2, 0.2);
+    let ids = discord.send(&to, &reply).await.expect("sent");
+    let sent = fake.sent(77);
+    assert_eq!(ids.len(), sent.len());
+    assert!(sent.len() >= 4);
+    let texts: Vec<&str> = sent.iter().filter_map(|b| b["content"].as_str()).collect();
+    assert!(texts.iter().all(|t| (caps.measure)(t) <= caps.max_message));
+    let joined = texts.join("\n");
+    let order: Vec<usize> = (0..140)
+        .filter_map(|i| joined.find(&format!("Line {i:03} ")))
+        .collect();
+    assert_eq!(order.len(), 140, "every line delivered");
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "in order");
+    assert!(
+        sent.iter()
+            .all(|b| b["allowed_mentions"] == serde_json::json!({"parse": []}))
+    );
+    assert_eq!(
+        sent[0]["message_reference"]["message_id"], "555",
+        "the first part answers"
+    );
+    assert!(sent[1].get("message_reference").is_none());
+    let refused = fake
+        .calls("POST", "/channels/77/messages")
+        .iter()
+        .filter(|c| !c.ok)
+        .count();
+    assert_eq!(refused, 2, "two 429s, waited out");
+
+    discord.typing(&to).await.expect("typing");
+    assert_eq!(fake.calls("POST", "/channels/77/typing").len(), 1);
+    discord.edit(&to, &ids[0], "edited").await.expect("edit");
+    let edit = fake
+        .calls("PATCH", "/channels/77/messages/")
+        .pop()
+        .expect("edit");
+    assert_eq!(edit.body["content"], "edited");
+}
+
+#[tokio::test]
+async fn a_failing_gateway_url_fails_the_connection_loudly() {
+    let fake = FakeDiscord::start(TOKEN).await.expect("fake");
+    fake.fail_gateway_url(true);
+    let error = DiscordPlatform::connect(settings(&fake))
+        .await
+        .err()
+        .expect("refused");
+    assert!(error.to_string().contains("gateway URL"), "{error}");
+    let mut wrong = settings(&fake);
+    wrong.token = "wrong".into();
+    fake.fail_gateway_url(false);
+    assert!(
+        DiscordPlatform::connect(wrong).await.is_err(),
+        "a bad token is refused"
+    );
+}
