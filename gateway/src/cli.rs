@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
@@ -196,9 +196,6 @@ async fn serve(mut loaded: Loaded, args: ServeArgs) -> Result<()> {
         None
     };
     let config = &loaded.config;
-    if config.discord.enabled {
-        bail!("discord.enabled = true, but this build has no discord adapter yet; set it to false");
-    }
     let bind = args.bind.unwrap_or_else(|| config.server.bind.clone());
     let url = loaded.store_url();
     let redacted = agent_core::redact::Redactor::with_secrets(loaded.secret_values())

@@ -116,6 +116,23 @@ pub async fn start(
             mounted = mounted.merge(route);
         }
     }
+    if config.discord.enabled {
+        let token = loaded.secret(&config.discord.token_env).with_context(|| {
+            format!(
+                "discord.enabled = true, but ${} (discord.token_env) is unset",
+                config.discord.token_env
+            )
+        })?;
+        crate::discord::start(
+            &config.discord,
+            &token,
+            &loaded.home,
+            gateway.clone(),
+            store.clone(),
+            stop.clone(),
+        )
+        .await?;
+    }
     if config.api.enabled {
         let key = loaded.secret(&config.api.key_env);
         if key.is_none() {

@@ -9,6 +9,7 @@
 //! - [`agent`]: the agent (providers, tools, prompt, compression) from configuration.
 //! - [`chat`]: chat platforms at run time: access, pairing, files, typing, delivery.
 //! - [`telegram`]: the Telegram adapter from `[telegram]`, and its webhook route.
+//! - [`discord`]: the Discord adapter from `[discord]`.
 //! - [`cli`]: the command line and what each subcommand does.
 //! - [`daemon`]: what `iris serve` starts beside the health endpoints.
 //! - [`conversation`]: inbox, router, conversation actors, outbox.
@@ -29,6 +30,7 @@ pub mod cli;
 pub mod config;
 pub mod conversation;
 pub mod daemon;
+pub mod discord;
 pub mod doctor;
 pub mod local_model;
 pub mod logging;

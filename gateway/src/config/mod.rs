@@ -384,10 +384,19 @@ pub struct DiscordConfig {
     pub enabled: bool,
     /// Names the variable holding the bot token.
     pub token_env: String,
-    /// REST base; requests go to `<api_url>/api/v10/…`.
+    /// REST base; requests go to `<api_url>/api/v10/…` (a proxy, or the tests' fake).
     pub api_url: String,
-    /// User ids allowed to talk to the bot.
+    /// User ids or @usernames allowed to talk to the bot; others get pairing codes in DMs.
     pub allowed_users: Vec<String>,
+    /// Channel ids where the bot answers every message, from anyone in them (elsewhere in
+    /// guilds it answers only when mentioned or replied to, and only allowed or paired users).
+    pub free_response_channels: Vec<String>,
+    /// Answer other bots' messages too (they are ignored by default).
+    pub allow_bots: bool,
+    /// Attachments larger than this many MiB are not downloaded.
+    pub max_file_mb: u64,
+    /// Gateway shards this process runs (1 is right below 2,500 guilds).
+    pub shards: u32,
 }
 
 impl Default for DiscordConfig {
@@ -397,6 +406,10 @@ impl Default for DiscordConfig {
             token_env: "DISCORD_BOT_TOKEN".into(),
             api_url: "https://discord.com".into(),
             allowed_users: Vec::new(),
+            free_response_channels: Vec::new(),
+            allow_bots: false,
+            max_file_mb: 20,
+            shards: 1,
         }
     }
 }

@@ -1,0 +1,38 @@
+//! Discord in the daemon: the adapter ([`adapters::discord::DiscordPlatform`]) from
+//! `[discord]`, run by [`crate::chat`].
+
+use std::sync::Arc;
+
+use adapters::discord::{DiscordPlatform, DiscordSettings};
+use agent_core::store::SessionStore;
+use anyhow::Result;
+use tokio_util::sync::CancellationToken;
+
+use crate::chat::{self, Access};
+use crate::config::DiscordConfig;
+use crate::conversation::Gateway;
+
+/// Checks the token and the gateway URL, then starts the bot.
+pub async fn start(
+    config: &DiscordConfig,
+    token: &str,
+    home: &std::path::Path,
+    gateway: Arc<Gateway>,
+    store: Arc<dyn SessionStore>,
+    stop: CancellationToken,
+) -> Result<()> {
+    let platform = DiscordPlatform::connect(DiscordSettings {
+        token: token.to_owned(),
+        api_url: config.api_url.clone(),
+        allow_bots: config.allow_bots,
+        max_file_bytes: config.max_file_mb.saturating_mul(1024 * 1024),
+        shards: config.shards,
+    })
+    .await?;
+    let access = Access {
+        allowed_users: config.allowed_users.clone(),
+        open_chats: config.free_response_channels.clone(),
+    };
+    chat::start(Arc::new(platform), access, home, gateway, store, stop);
+    Ok(())
+}

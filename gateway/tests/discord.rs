@@ -1,0 +1,183 @@
+//! Discord through the real `iris` binary: serenity connects to the fake Discord's gateway,
+//! the turns run against the fake model, replies come back as message creates.
+//!
+//! - a DM conversation; a stranger gets a pairing code; in a guild channel only messages that
+//!   mention the bot are answered, as replies; a duplicated dispatch runs once; no reply ever
+//!   mentions anyone; typing shown; slash commands registered;
+//! - a 7,000-character reply split in order across 429s; a dropped gateway connection resumed
+//!   with nothing lost or repeated.
+
+use std::time::Duration;
+
+use binary::{Iris, start};
+use testkit::Reply;
+use testkit::discord::{Author, FakeDiscord};
+use testkit::openai::FakeOpenAi;
+
+#[path = "common/binary.rs"]
+mod binary;
+
+const TOKEN: &str = "fake-discord-token";
+
+async fn fakes(script: Vec<Reply>) -> (FakeOpenAi, FakeDiscord, tempfile::TempDir) {
+    let model = FakeOpenAi::start(script).await.expect("model");
+    let discord = FakeDiscord::start(TOKEN).await.expect("discord");
+    let home = tempfile::tempdir().expect("home");
+    std::fs::write(
+        home.path().join("iris.toml"),
+        format!(
+            r#"
+[llm]
+base_url = "{}"
+model = "main"
+
+[compression]
+enabled = false
+memory_flush = false
+
+[discord]
+enabled = true
+api_url = "{}"
+allowed_users = ["42", "@user43"]
+"#,
+            model.base_url,
+            discord.api_url()
+        ),
+    )
+    .expect("config");
+    (model, discord, home)
+}
+
+async fn iris(home: &std::path::Path, discord: &FakeDiscord) -> Iris {
+    let iris = start(home, &[("DISCORD_BOT_TOKEN", TOKEN)]).await;
+    for _ in 0..200 {
+        if discord.sessions().0 > 0 {
+            return iris;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the bot never identified; log:\n{}", binary::log(home));
+}
+
+/// Waits until `channel` has `count` messages from the bot; returns their texts.
+async fn replies(
+    discord: &FakeDiscord,
+    channel: u64,
+    count: usize,
+    home: &std::path::Path,
+) -> Vec<String> {
+    for _ in 0..300 {
+        let sent = discord.sent_texts(channel);
+        if sent.len() >= count {
+            return sent;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "channel {channel} got {:?}, expected {count}; log:\n{}",
+        discord.sent_texts(channel),
+        binary::log(home)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dms_and_mentioned_guild_messages_are_answered_once_and_never_ping() {
+    let (model, discord, home) = fakes(vec![
+        Reply::text("Hello from Iris, @everyone."),
+        Reply::text("Guild answer."),
+    ])
+    .await;
+    let _iris = iris(home.path(), &discord).await;
+
+    let dm = Author::dm(42);
+    discord.message(&dm, "hi", false);
+    discord.duplicate_last_dispatch();
+    assert_eq!(
+        replies(&discord, dm.channel_id, 1, home.path()).await,
+        ["Hello from Iris, @everyone."]
+    );
+
+    // A guild channel: chatter is ignored, a mention is answered as a reply.
+    let guild = Author::guild(77, 43);
+    discord.message(&guild, "just chatting", false);
+    let asked = discord.message(&guild, "what is 2+2?", true);
+    assert_eq!(
+        replies(&discord, 77, 1, home.path()).await,
+        ["Guild answer."]
+    );
+    let sent = discord.sent(77);
+    assert_eq!(
+        sent[0]["message_reference"]["message_id"],
+        asked.to_string()
+    );
+    let question = model.requests()[1].body["messages"].to_string();
+    assert!(
+        question.contains("what is 2+2?") && !question.contains("<@"),
+        "the mention is not part of the text: {question}"
+    );
+
+    // A stranger's DM gets a pairing code; nothing runs.
+    let stranger = Author::dm(99);
+    discord.message(&stranger, "let me in", false);
+    let code = replies(&discord, stranger.channel_id, 1, home.path()).await;
+    assert!(
+        code[0].contains("iris pairing approve discord "),
+        "{code:?}"
+    );
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(model.requests().len(), 2, "the duplicate ran once");
+    assert_eq!(discord.sent_texts(dm.channel_id).len(), 1);
+    for channel in [dm.channel_id, 77, stranger.channel_id] {
+        for body in discord.sent(channel) {
+            assert_eq!(body["allowed_mentions"], serde_json::json!({"parse": []}));
+        }
+    }
+    assert!(
+        !discord
+            .calls("POST", &format!("/channels/{}/typing", dm.channel_id))
+            .is_empty()
+    );
+    let commands = discord.calls("PUT", "/applications/");
+    assert_eq!(commands.len(), 1, "slash commands registered");
+    assert!(commands[0].body.to_string().contains("\"name\":\"new\""));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_reply_across_429s_and_a_dropped_connection_lose_nothing() {
+    let long: String = (0..140)
+        .map(|i| format!("Line {i:03} of a long answer with `code` and **bold** words.\n"))
+        .collect();
+    assert!(long.chars().count() > 7_000);
+    let (model, discord, home) = fakes(vec![Reply::text(&long), Reply::text("Back again.")]).await;
+    let _iris = iris(home.path(), &discord).await;
+    let dm = Author::dm(42);
+    discord.rate_limit(2, 0.3);
+    discord.message(&dm, "write a lot", false);
+    let sent = replies(&discord, dm.channel_id, 4, home.path()).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sent_now = discord.sent_texts(dm.channel_id);
+    assert_eq!(sent, sent_now, "no more parts after the last");
+    assert!(sent.iter().all(|t| t.chars().count() <= 2_000));
+    assert!(
+        sent.last()
+            .is_some_and(|t| t.ends_with(&format!("({n}/{n})", n = sent.len())))
+    );
+    let joined = sent.join("\n");
+    let positions: Vec<usize> = (0..140)
+        .filter_map(|i| joined.find(&format!("Line {i:03} ")))
+        .collect();
+    assert_eq!(positions.len(), 140, "every line arrived");
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "in order");
+
+    // The gateway connection drops; a message sent meanwhile is answered exactly once.
+    let parts = sent.len();
+    discord.drop_connection();
+    discord.message(&dm, "are you back?", false);
+    let sent = replies(&discord, dm.channel_id, parts + 1, home.path()).await;
+    assert_eq!(sent[parts], "Back again.");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(discord.sent_texts(dm.channel_id).len(), parts + 1);
+    assert_eq!(model.requests().len(), 2);
+    assert_eq!(discord.sessions(), (1, 1), "resumed, not identified again");
+}
