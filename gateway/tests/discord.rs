@@ -3,7 +3,7 @@
 //!
 //! - a DM conversation; a stranger gets a pairing code; in a guild channel only messages that
 //!   mention the bot are answered, as replies; a duplicated dispatch runs once; no reply ever
-//!   mentions anyone; typing shown; slash commands registered;
+//!   mentions anyone; typing shown; slash commands registered and answered like typed ones;
 //! - a 7,000-character reply split in order across 429s; a dropped gateway connection resumed
 //!   with nothing lost or repeated.
 
@@ -97,6 +97,17 @@ async fn dms_and_mentioned_guild_messages_are_answered_once_and_never_ping() {
         ["Hello from Iris, @everyone."]
     );
 
+    // A slash command runs like the typed one: acknowledged at once, answered in the channel.
+    let command = discord.command(&dm, "title", Some("Greetings"));
+    let sent = replies(&discord, dm.channel_id, 2, home.path()).await;
+    assert!(sent[1].contains("Greetings"), "{sent:?}");
+    let ack = discord.calls("POST", &format!("/interactions/{command}/"));
+    assert_eq!(ack.len(), 1, "acknowledged");
+    assert_eq!(
+        ack[0].body["data"]["flags"], 64,
+        "only the user sees the acknowledgement"
+    );
+
     // A guild channel: chatter is ignored, a mention is answered as a reply.
     let guild = Author::guild(77, 43);
     discord.message(&guild, "just chatting", false);
@@ -127,7 +138,7 @@ async fn dms_and_mentioned_guild_messages_are_answered_once_and_never_ping() {
 
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(model.requests().len(), 2, "the duplicate ran once");
-    assert_eq!(discord.sent_texts(dm.channel_id).len(), 1);
+    assert_eq!(discord.sent_texts(dm.channel_id).len(), 2);
     for channel in [dm.channel_id, 77, stranger.channel_id] {
         for body in discord.sent(channel) {
             assert_eq!(body["allowed_mentions"], serde_json::json!({"parse": []}));

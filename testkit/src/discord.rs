@@ -191,6 +191,41 @@ impl FakeDiscord {
         id
     }
 
+    /// Sends an `INTERACTION_CREATE` for slash command `name` with its `args` option, from
+    /// `author`. Returns the interaction id.
+    pub fn command(&self, author: &Author, name: &str, args: Option<&str>) -> u64 {
+        let id = self.next_id();
+        let options: Vec<Value> = args
+            .map(|a| json!({"name": "args", "type": 3, "value": a}))
+            .into_iter()
+            .collect();
+        let mut interaction = json!({
+            "id": id.to_string(),
+            "application_id": APPLICATION_ID.to_string(),
+            "type": 2,
+            "data": {"id": "1", "name": name, "type": 1, "options": options},
+            "channel_id": author.channel_id.to_string(),
+            "user": {
+                "id": author.user_id.to_string(),
+                "username": author.username,
+                "discriminator": "0",
+                "global_name": null,
+                "avatar": null,
+                "bot": false,
+            },
+            "token": format!("interaction-token-{id}"),
+            "version": 1,
+            "locale": "en-US",
+            "entitlements": [],
+            "attachment_size_limit": 8_388_608,
+        });
+        if let Some(guild) = author.guild_id {
+            interaction["guild_id"] = json!(guild.to_string());
+        }
+        self.dispatch("INTERACTION_CREATE", interaction);
+        id
+    }
+
     /// Sends the last dispatch again with a new sequence number (Discord may deliver twice).
     pub fn duplicate_last_dispatch(&self) {
         let last = self.shared.lock().dispatched.last().cloned();
@@ -487,6 +522,7 @@ fn answer(
         }
         ("POST", ["channels", _, "typing"]) => StatusCode::NO_CONTENT.into_response(),
         ("PUT", ["applications", _, "commands"]) => axum::Json(body.clone()).into_response(),
+        ("POST", ["interactions", _, _, "callback"]) => StatusCode::NO_CONTENT.into_response(),
         _ => return (false, error(StatusCode::NOT_FOUND, 10_000, "404: Not Found")),
     };
     (true, response)

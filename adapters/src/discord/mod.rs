@@ -20,13 +20,16 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use serenity::all::{Context, EventHandler, GatewayIntents, Message, Ready};
+use serenity::all::{
+    CommandDataOptionValue, CommandInteraction, Context, EventHandler, GatewayIntents, Interaction,
+    Message, Ready,
+};
 use serenity::http::HttpBuilder;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::platform::{
-    Address, Arrival, Capabilities, Dialect, FileRef, InboundMessage, Platform, SendError,
+    Address, Arrival, Capabilities, Dialect, FileRef, InboundMessage, Origin, Platform, SendError,
 };
 use rest::Rest;
 
@@ -66,7 +69,7 @@ pub enum ConnectError {
 /// The Discord adapter.
 pub struct DiscordPlatform {
     settings: DiscordSettings,
-    rest: Rest,
+    rest: Arc<Rest>,
     bot_id: u64,
     /// The application's id, known once READY arrived (slash commands need it).
     application: Arc<OnceLock<String>>,
@@ -92,7 +95,7 @@ impl DiscordPlatform {
         tracing::info!(bot = me["username"].as_str().unwrap_or(""), %gateway, "discord: token accepted");
         Ok(Self {
             settings,
-            rest,
+            rest: Arc::new(rest),
             bot_id,
             application: Arc::default(),
             ready: Arc::default(),
@@ -166,7 +169,8 @@ async fn sleep_or_stop(wait: Duration, stop: &CancellationToken) -> bool {
     }
 }
 
-/// serenity's event handler: messages normalised and queued for the sequencer.
+/// serenity's event handler: messages (and slash commands, as the typed command) normalised
+/// and queued for the sequencer.
 #[derive(Clone)]
 struct Handler {
     bot_id: u64,
@@ -174,6 +178,7 @@ struct Handler {
     queue: mpsc::UnboundedSender<InboundMessage>,
     application: Arc<OnceLock<String>>,
     ready: Arc<tokio::sync::Notify>,
+    rest: Arc<Rest>,
 }
 
 #[serenity::async_trait]
@@ -184,10 +189,54 @@ impl EventHandler for Handler {
         }
     }
 
+    /// A slash command runs as the same command typed: Discord gets an (only-you-see-it)
+    /// acknowledgement within its 3 s, and the answer comes as a message in the channel.
+    async fn interaction_create(&self, _ctx: Context, interaction: Interaction) {
+        let Interaction::Command(command) = interaction else {
+            return;
+        };
+        let message = slash_command(&command);
+        let ack = format!("Running `{}`…", message.text);
+        if let Err(error) = self
+            .rest
+            .respond_to_interaction(&command.id.get().to_string(), &command.token, &ack)
+            .await
+        {
+            tracing::warn!(%error, "discord: could not acknowledge a slash command");
+        }
+        let _ = self.queue.send(message);
+    }
+
     async fn ready(&self, _ctx: Context, ready: Ready) {
         let _ = self.application.set(ready.application.id.get().to_string());
         self.ready.notify_waiters();
         tracing::info!(bot = %ready.user.name, guilds = ready.guilds.len(), "discord connected");
+    }
+}
+
+/// A slash command as the message that types it (`/name args`), always addressed to the bot.
+fn slash_command(command: &CommandInteraction) -> InboundMessage {
+    let mut text = format!("/{}", command.data.name);
+    for option in &command.data.options {
+        if let CommandDataOptionValue::String(value) = &option.value {
+            text.push(' ');
+            text.push_str(value);
+        }
+    }
+    InboundMessage {
+        id: command.id.get().to_string(),
+        chat: command.channel_id.get().to_string(),
+        thread: None,
+        origin: if command.guild_id.is_some() {
+            Origin::Group
+        } else {
+            Origin::Private
+        },
+        user_id: command.user.id.get().to_string(),
+        username: Some(command.user.name.clone()),
+        text,
+        files: Vec::new(),
+        addressed: true,
     }
 }
 
@@ -257,6 +306,7 @@ impl Platform for DiscordPlatform {
             queue,
             application: self.application.clone(),
             ready: self.ready.clone(),
+            rest: self.rest.clone(),
         };
         let sequencer = tokio::spawn(sequence(queued, arrivals, stop.clone()));
         self.run_gateway(handler, &stop).await;
@@ -331,9 +381,15 @@ impl Platform for DiscordPlatform {
                 })?
             }
         };
+        // Each takes its arguments as one optional text option, typed as after the command.
         let body: Vec<serde_json::Value> = commands
             .iter()
-            .map(|(name, about)| serde_json::json!({"name": name, "description": about, "type": 1}))
+            .map(|(name, about)| {
+                serde_json::json!({
+                    "name": name, "description": about, "type": 1,
+                    "options": [{"name": "args", "description": "what follows the command", "type": 3, "required": false}],
+                })
+            })
             .collect();
         self.rest
             .set_commands(&application, &serde_json::Value::Array(body))

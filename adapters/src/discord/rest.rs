@@ -119,6 +119,20 @@ impl Rest {
             .map(|_| ())
     }
 
+    /// Answers a slash command at once with a message only its user sees.
+    pub async fn respond_to_interaction(
+        &self,
+        id: &str,
+        token: &str,
+        content: &str,
+    ) -> Result<(), RestError> {
+        let body = json!({"type": 4, "data": {"content": content, "flags": 64, "allowed_mentions": {"parse": []}}});
+        let path = format!("/interactions/{id}/{token}/callback");
+        self.call(Method::POST, &path, Some(&body))
+            .await
+            .map(|_| ())
+    }
+
     /// Downloads an attachment (a CDN URL Discord gave) into memory, refusing more than `max`.
     pub async fn download(&self, url: &str, max: u64) -> Result<Vec<u8>, String> {
         let mut response = self
