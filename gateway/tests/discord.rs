@@ -192,3 +192,61 @@ async fn a_long_reply_across_429s_and_a_dropped_connection_lose_nothing() {
     assert_eq!(model.requests().len(), 2);
     assert_eq!(discord.sessions(), (1, 1), "resumed, not identified again");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attachments_are_saved_noted_and_images_shown_to_a_vision_model() {
+    let (model, discord, home) = fakes(vec![
+        Reply::text("A tiny image."),
+        Reply::text("Read the notes."),
+    ])
+    .await;
+    let path = home.path().join("iris.toml");
+    let config = std::fs::read_to_string(&path).expect("config");
+    std::fs::write(
+        &path,
+        config.replace("model = \"main\"\n", "model = \"main\"\nvision = true\n"),
+    )
+    .expect("config");
+    let _iris = iris(home.path(), &discord).await;
+    let dm = Author::dm(42);
+    let png = b"\x89PNG\r\n\x1a\nfake".to_vec();
+    discord.message_with_file(
+        &dm,
+        "what is this?",
+        false,
+        Some(("dot.png", "image/png", png.clone())),
+    );
+    replies(&discord, dm.channel_id, 1, home.path()).await;
+    let first = model.requests()[0].body["messages"].to_string();
+    use base64::Engine as _;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(&png);
+    assert!(
+        first.contains(&format!("data:image/png;base64,{encoded}")),
+        "{first}"
+    );
+    assert!(
+        first.contains("[photo \\\"dot.png\\\" 4×4, 12 B: media/discord/1042/"),
+        "{first}"
+    );
+
+    discord.message_with_file(
+        &dm,
+        "",
+        false,
+        Some((
+            "notes.md",
+            "text/markdown; charset=utf-8",
+            b"# Notes\n- one\n".to_vec(),
+        )),
+    );
+    replies(&discord, dm.channel_id, 2, home.path()).await;
+    let second = model.requests()[1].body["messages"].to_string();
+    assert!(
+        second.contains("# Notes\\n- one"),
+        "a text file is read in: {second}"
+    );
+    assert!(
+        !second.contains(&encoded),
+        "the image went with its own turn only"
+    );
+}

@@ -100,6 +100,8 @@ struct Inner {
     rate_limited: (u32, f64),
     refuse_intents: bool,
     fail_gateway_url: bool,
+    /// Attachment bytes by id, served at `/attachments/{id}/{name}`.
+    files: std::collections::HashMap<String, Vec<u8>>,
 }
 
 struct Shared {
@@ -134,6 +136,7 @@ impl FakeDiscord {
         });
         let app = Router::new()
             .route("/ws", get(gateway))
+            .route("/attachments/{id}/{name}", get(attachment))
             .route("/api/v10/{*path}", any(rest))
             .with_state(shared.clone());
         let (addr, server) = crate::script::serve(app).await?;
@@ -154,7 +157,37 @@ impl FakeDiscord {
     /// `mentions_bot` adds the bot to the message's mentions (and `<@bot>` to its text).
     /// Returns the message id.
     pub fn message(&self, author: &Author, content: &str, mentions_bot: bool) -> u64 {
+        self.message_with_file(author, content, mentions_bot, None)
+    }
+
+    /// [`Self::message`] with an attachment: `(file name, content type, bytes)`, served by
+    /// this fake the way Discord's CDN serves it.
+    pub fn message_with_file(
+        &self,
+        author: &Author,
+        content: &str,
+        mentions_bot: bool,
+        file: Option<(&str, &str, Vec<u8>)>,
+    ) -> u64 {
         let id = self.next_id();
+        let attachments: Vec<Value> = file
+            .map(|(name, content_type, bytes)| {
+                let file_id = self.next_id().to_string();
+                let size = bytes.len();
+                self.shared.lock().files.insert(file_id.clone(), bytes);
+                json!({
+                    "id": file_id,
+                    "filename": name,
+                    "size": size,
+                    "url": format!("http://{}/attachments/{file_id}/{name}", self.addr),
+                    "proxy_url": format!("http://{}/attachments/{file_id}/{name}", self.addr),
+                    "content_type": content_type,
+                    "width": 4,
+                    "height": 4,
+                })
+            })
+            .into_iter()
+            .collect();
         let mut content = content.to_owned();
         let mut mentions = Vec::new();
         if mentions_bot {
@@ -179,7 +212,7 @@ impl FakeDiscord {
             "mention_everyone": false,
             "mentions": mentions,
             "mention_roles": [],
-            "attachments": [],
+            "attachments": attachments,
             "embeds": [],
             "pinned": false,
             "type": 0,
@@ -443,6 +476,17 @@ fn resume(shared: &Shared, tx: &mpsc::UnboundedSender<Outgoing>, d: &Value) {
     inner.seq += 1;
     let resumed = json!({"op": 0, "t": "RESUMED", "s": inner.seq, "d": {}});
     let _ = tx.send(Outgoing::Text(resumed.to_string()));
+}
+
+/// `GET /attachments/{id}/{name}`: the CDN.
+async fn attachment(
+    State(shared): State<Arc<Shared>>,
+    Path((id, _name)): Path<(String, String)>,
+) -> Response {
+    match shared.lock().files.get(&id) {
+        Some(bytes) => (StatusCode::OK, bytes.clone()).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
 }
 
 /// `/api/v10/...`: the REST routes the adapter uses.
