@@ -23,6 +23,7 @@ fn settings(fake: &FakeDiscord) -> DiscordSettings {
         allow_bots: false,
         max_file_bytes: 1024,
         shards: 1,
+        auto_thread: false,
     }
 }
 

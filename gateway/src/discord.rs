@@ -27,6 +27,7 @@ pub async fn start(
         allow_bots: config.allow_bots,
         max_file_bytes: config.max_file_mb.saturating_mul(1024 * 1024),
         shards: config.shards,
+        auto_thread: config.auto_thread,
     })
     .await?;
     let access = Access {

@@ -250,3 +250,87 @@ async fn attachments_are_saved_noted_and_images_shown_to_a_vision_model() {
         "the image went with its own turn only"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn threads_are_shared_answered_once_joined_and_started_from_mentions() {
+    let (model, discord, home) = fakes(vec![
+        Reply::text("In the thread."),
+        Reply::text("Still here."),
+        Reply::text("Thread started."),
+    ])
+    .await;
+    let path = home.path().join("iris.toml");
+    let config = std::fs::read_to_string(&path).expect("config");
+    std::fs::write(
+        &path,
+        config.replace("[discord]\n", "[discord]\nauto_thread = true\n"),
+    )
+    .expect("config");
+    let _iris = iris(home.path(), &discord).await;
+
+    // An existing thread the bot is not in: only a mention brings it in.
+    discord.add_thread(500, 77);
+    let in_thread = |user| {
+        let mut author = Author::guild(500, user);
+        author.channel_id = 500;
+        author
+    };
+    discord.message(&in_thread(43), "nobody asked you", false);
+    discord.message(&in_thread(43), "what do you think?", true);
+    assert_eq!(
+        replies(&discord, 500, 1, home.path()).await,
+        ["In the thread."]
+    );
+    // Now a member: another user's message there is answered without a mention, in the same
+    // (shared) conversation.
+    discord.message(&in_thread(42), "and me?", false);
+    assert_eq!(
+        replies(&discord, 500, 2, home.path()).await[1],
+        "Still here."
+    );
+    let shared = model.requests()[1].body["messages"].to_string();
+    assert!(
+        shared.contains("what do you think?") && shared.contains("and me?"),
+        "{shared}"
+    );
+    assert!(
+        !shared.contains("nobody asked you"),
+        "the unaddressed message did not run"
+    );
+
+    // A mention in a channel starts a thread, and the answer goes there.
+    let asked = discord.message(&Author::guild(77, 43), "Plan a trip\nto Lisbon", true);
+    let started = loop {
+        let started = discord.started_threads();
+        if !started.is_empty() {
+            break started;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        started[0],
+        ("77".to_owned(), asked.to_string(), "Plan a trip".to_owned())
+    );
+    // The channel the answer was posted in.
+    let mut thread = None;
+    for _ in 0..300 {
+        thread = discord
+            .calls("POST", "/channels/")
+            .iter()
+            .filter(|c| c.ok && c.body["content"] == "Thread started.")
+            .find_map(|c| {
+                c.path
+                    .split('/')
+                    .nth(2)
+                    .and_then(|id| id.parse::<u64>().ok())
+            });
+        if thread.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let thread = thread.expect("the answer was posted");
+    assert_ne!(thread, 77, "answered in the new thread, not the channel");
+    assert_eq!(discord.sent_texts(77).len(), 0);
+    assert_eq!(model.requests().len(), 3);
+}

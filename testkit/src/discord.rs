@@ -102,6 +102,10 @@ struct Inner {
     fail_gateway_url: bool,
     /// Attachment bytes by id, served at `/attachments/{id}/{name}`.
     files: std::collections::HashMap<String, Vec<u8>>,
+    /// Thread id → parent channel id.
+    threads: std::collections::HashMap<u64, u64>,
+    /// Threads the bot is a member of.
+    joined: std::collections::HashSet<u64>,
 }
 
 struct Shared {
@@ -257,6 +261,27 @@ impl FakeDiscord {
         }
         self.dispatch("INTERACTION_CREATE", interaction);
         id
+    }
+
+    /// Makes `thread` a public thread of `parent` (the bot not in it).
+    pub fn add_thread(&self, thread: u64, parent: u64) {
+        self.shared.lock().threads.insert(thread, parent);
+    }
+
+    /// Threads started from messages (`POST …/threads`), as (parent channel, message, name).
+    pub fn started_threads(&self) -> Vec<(String, String, String)> {
+        self.calls("POST", "/channels/")
+            .into_iter()
+            .filter(|c| c.ok && c.path.ends_with("/threads"))
+            .map(|c| {
+                let parts: Vec<&str> = c.path.split('/').collect();
+                (
+                    parts.get(2).copied().unwrap_or_default().to_owned(),
+                    parts.get(4).copied().unwrap_or_default().to_owned(),
+                    c.body["name"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
     }
 
     /// Sends the last dispatch again with a new sequence number (Discord may deliver twice).
@@ -559,7 +584,37 @@ fn answer(
                 return (false, rate_limited(inner.rate_limited.1));
             }
             inner.next_id += 1;
+            // Posting in a thread makes the bot a member, as on Discord.
+            if let Ok(id) = channel.parse::<u64>()
+                && inner.threads.contains_key(&id)
+            {
+                inner.joined.insert(id);
+            }
             axum::Json(sent_message(inner.next_id, channel, body)).into_response()
+        }
+        ("GET", ["channels", channel]) => {
+            let id = channel.parse::<u64>().unwrap_or(0);
+            let info = match inner.threads.get(&id) {
+                Some(parent) => json!({"id": channel, "type": 11, "parent_id": parent.to_string()}),
+                None => json!({"id": channel, "type": 0}),
+            };
+            axum::Json(info).into_response()
+        }
+        ("GET", ["channels", thread, "thread-members", "@me"]) => {
+            let id = thread.parse::<u64>().unwrap_or(0);
+            if !inner.joined.contains(&id) {
+                return (false, error(StatusCode::NOT_FOUND, 10_007, "Unknown Member"));
+            }
+            axum::Json(json!({"id": thread, "user_id": BOT_ID.to_string()})).into_response()
+        }
+        ("POST", ["channels", channel, "messages", _, "threads"]) => {
+            inner.next_id += 1;
+            let id = inner.next_id;
+            let parent = channel.parse::<u64>().unwrap_or(0);
+            inner.threads.insert(id, parent);
+            inner.joined.insert(id);
+            axum::Json(json!({"id": id.to_string(), "type": 11, "parent_id": channel, "name": body["name"]}))
+                .into_response()
         }
         ("PATCH", ["channels", channel, "messages", id]) => {
             axum::Json(sent_message(id.parse().unwrap_or(0), channel, body)).into_response()

@@ -15,6 +15,7 @@
 
 pub mod inbound;
 pub mod rest;
+pub mod threads;
 
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
@@ -51,6 +52,8 @@ pub struct DiscordSettings {
     pub allow_bots: bool,
     pub max_file_bytes: u64,
     pub shards: u32,
+    /// A mention in a channel starts a thread, where the conversation goes on.
+    pub auto_thread: bool,
 }
 
 /// Why the adapter could not start.
@@ -74,6 +77,7 @@ pub struct DiscordPlatform {
     /// The application's id, known once READY arrived (slash commands need it).
     application: Arc<OnceLock<String>>,
     ready: Arc<tokio::sync::Notify>,
+    threads: Arc<threads::Threads>,
 }
 
 impl DiscordPlatform {
@@ -99,6 +103,7 @@ impl DiscordPlatform {
             bot_id,
             application: Arc::default(),
             ready: Arc::default(),
+            threads: Arc::default(),
         })
     }
 
@@ -179,12 +184,17 @@ struct Handler {
     application: Arc<OnceLock<String>>,
     ready: Arc<tokio::sync::Notify>,
     rest: Arc<Rest>,
+    threads: Arc<threads::Threads>,
+    auto_thread: bool,
 }
 
 #[serenity::async_trait]
 impl EventHandler for Handler {
     async fn message(&self, _ctx: Context, message: Message) {
-        if let Some(inbound) = inbound::normalize(&message, self.bot_id, self.allow_bots) {
+        if let Some(mut inbound) = inbound::normalize(&message, self.bot_id, self.allow_bots) {
+            self.threads
+                .place(&self.rest, &mut inbound, self.auto_thread)
+                .await;
             let _ = self.queue.send(inbound);
         }
     }
@@ -307,6 +317,8 @@ impl Platform for DiscordPlatform {
             application: self.application.clone(),
             ready: self.ready.clone(),
             rest: self.rest.clone(),
+            threads: self.threads.clone(),
+            auto_thread: self.settings.auto_thread,
         };
         let sequencer = tokio::spawn(sequence(queued, arrivals, stop.clone()));
         self.run_gateway(handler, &stop).await;
@@ -340,6 +352,9 @@ impl Platform for DiscordPlatform {
                 .await
                 .map_err(failed)?;
             ids.push(id);
+        }
+        if let Some(thread) = &to.thread {
+            self.threads.joined(thread);
         }
         Ok(ids)
     }

@@ -119,6 +119,41 @@ impl Rest {
             .map(|_| ())
     }
 
+    /// A channel (`type`, `parent_id`…).
+    pub async fn channel(&self, channel: &str) -> Result<Value, RestError> {
+        self.call(Method::GET, &format!("/channels/{channel}"), None)
+            .await
+    }
+
+    /// Whether the bot is a member of `thread`.
+    pub async fn is_thread_member(&self, thread: &str) -> Result<bool, RestError> {
+        let path = format!("/channels/{thread}/thread-members/@me");
+        match self.call(Method::GET, &path, None).await {
+            Ok(_) => Ok(true),
+            Err(RestError::Status { status: 404, .. }) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Starts a thread from `message` in `channel`; returns the thread's id.
+    pub async fn start_thread(
+        &self,
+        channel: &str,
+        message: &str,
+        name: &str,
+    ) -> Result<String, RestError> {
+        let path = format!("/channels/{channel}/messages/{message}/threads");
+        let body = json!({"name": name, "auto_archive_duration": 1440});
+        let thread = self.call(Method::POST, &path, Some(&body)).await?;
+        thread["id"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| RestError::Status {
+                status: 200,
+                message: "no thread id in the answer".into(),
+            })
+    }
+
     /// Answers a slash command at once with a message only its user sees.
     pub async fn respond_to_interaction(
         &self,

@@ -31,6 +31,7 @@ impl Harness for DiscordHarness {
                 allow_bots: false,
                 max_file_bytes: 1 << 20,
                 shards: 1,
+                auto_thread: false,
             })
             .await
             .expect("connect"),

@@ -397,6 +397,9 @@ pub struct DiscordConfig {
     pub max_file_mb: u64,
     /// Gateway shards this process runs (1 is right below 2,500 guilds).
     pub shards: u32,
+    /// A mention in a channel starts a thread from that message; the conversation goes on
+    /// there (threads are shared by everyone in them, and answered without a mention).
+    pub auto_thread: bool,
 }
 
 impl Default for DiscordConfig {
@@ -410,6 +413,7 @@ impl Default for DiscordConfig {
             allow_bots: false,
             max_file_mb: 20,
             shards: 1,
+            auto_thread: false,
         }
     }
 }
