@@ -74,6 +74,10 @@ pub struct InboundMessage {
     pub origin: Origin,
     pub user_id: String,
     pub username: Option<String>,
+    /// The sender's roles where the platform has them (Discord guilds), for access by role.
+    pub roles: Vec<String>,
+    /// For a thread, the channel it belongs to (channel allow and ignore lists apply to both).
+    pub parent_chat: Option<String>,
     /// The text (quoted context first when it is a reply); may be empty when only files came.
     pub text: String,
     pub files: Vec<FileRef>,

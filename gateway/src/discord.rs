@@ -32,7 +32,10 @@ pub async fn start(
     .await?;
     let access = Access {
         allowed_users: config.allowed_users.clone(),
+        allowed_roles: config.allowed_roles.clone(),
         open_chats: config.free_response_channels.clone(),
+        allowed_chats: config.allowed_channels.clone(),
+        ignored_chats: config.ignored_channels.clone(),
     };
     chat::start(Arc::new(platform), access, home, gateway, store, stop);
     Ok(())

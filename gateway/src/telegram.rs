@@ -49,6 +49,7 @@ pub async fn start(
     let access = Access {
         allowed_users: config.allowed_users.clone(),
         open_chats: config.open_groups.iter().map(i64::to_string).collect(),
+        ..Access::default()
     };
     chat::start(platform.clone(), access, home, gateway, store, stop);
     Ok(secret.map(|secret| {

@@ -334,3 +334,47 @@ async fn threads_are_shared_answered_once_joined_and_started_from_mentions() {
     assert_eq!(discord.sent_texts(77).len(), 0);
     assert_eq!(model.requests().len(), 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roles_let_members_in_and_channel_lists_keep_the_bot_out() {
+    let (model, discord, home) =
+        fakes(vec![Reply::text("Role answer."), Reply::text("DM answer.")]).await;
+    let path = home.path().join("iris.toml");
+    let config = std::fs::read_to_string(&path).expect("config");
+    std::fs::write(
+        &path,
+        config.replace(
+            "[discord]\n",
+            "[discord]\nallowed_roles = [\"7\"]\nallowed_channels = [\"77\", \"88\"]\nignored_channels = [\"88\"]\n",
+        ),
+    )
+    .expect("config");
+    let _iris = iris(home.path(), &discord).await;
+
+    let mut member = Author::guild(77, 60);
+    member.roles = vec![7];
+    discord.message(&Author::guild(77, 61), "no role, no answer", true);
+    discord.message(&member, "role answer please", true);
+    assert_eq!(
+        replies(&discord, 77, 1, home.path()).await,
+        ["Role answer."]
+    );
+    // An allowed user, but in an ignored channel and in one not on the list.
+    discord.message(&Author::guild(88, 42), "ignored channel", true);
+    discord.message(&Author::guild(99, 42), "unlisted channel", true);
+    // DMs are not affected by channel lists.
+    let dm = Author::dm(42);
+    discord.message(&dm, "hello", false);
+    assert_eq!(
+        replies(&discord, dm.channel_id, 1, home.path()).await,
+        ["DM answer."]
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(discord.sent_texts(88).is_empty() && discord.sent_texts(99).is_empty());
+    assert_eq!(model.requests().len(), 2);
+    let log = binary::log(home.path());
+    assert!(
+        log.contains("not in discord.allowed_users (or allowed_roles)"),
+        "{log}"
+    );
+}

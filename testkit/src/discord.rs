@@ -50,6 +50,8 @@ pub struct Author {
     /// `None` in DMs.
     pub guild_id: Option<u64>,
     pub bot: bool,
+    /// Guild role ids.
+    pub roles: Vec<u64>,
 }
 
 impl Author {
@@ -61,6 +63,7 @@ impl Author {
             channel_id: 1_000 + id,
             guild_id: None,
             bot: false,
+            roles: Vec::new(),
         }
     }
 
@@ -72,6 +75,7 @@ impl Author {
             channel_id: channel,
             guild_id: Some(1),
             bot: false,
+            roles: Vec::new(),
         }
     }
 }
@@ -223,6 +227,8 @@ impl FakeDiscord {
         });
         if let Some(guild) = author.guild_id {
             message["guild_id"] = json!(guild.to_string());
+            let roles: Vec<String> = author.roles.iter().map(ToString::to_string).collect();
+            message["member"] = json!({"roles": roles, "joined_at": "2026-01-01T00:00:00.000000+00:00", "deaf": false, "mute": false});
         }
         self.dispatch("MESSAGE_CREATE", message);
         id

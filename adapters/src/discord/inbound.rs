@@ -77,6 +77,12 @@ pub fn normalize(message: &Message, bot_id: u64, allow_bots: bool) -> Option<Inb
         },
         user_id: author.id.get().to_string(),
         username: Some(author.name.clone()),
+        roles: message
+            .member
+            .as_ref()
+            .map(|m| m.roles.iter().map(|r| r.get().to_string()).collect())
+            .unwrap_or_default(),
+        parent_chat: None,
         text,
         files,
         addressed: private || mentioned || replied_to_bot,

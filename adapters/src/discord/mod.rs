@@ -244,6 +244,12 @@ fn slash_command(command: &CommandInteraction) -> InboundMessage {
         },
         user_id: command.user.id.get().to_string(),
         username: Some(command.user.name.clone()),
+        roles: command
+            .member
+            .as_ref()
+            .map(|m| m.roles.iter().map(|r| r.get().to_string()).collect())
+            .unwrap_or_default(),
+        parent_chat: None,
         text,
         files: Vec::new(),
         addressed: true,

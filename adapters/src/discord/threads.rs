@@ -21,8 +21,8 @@ const REMEMBERED: usize = 10_000;
 /// Remembered channel kinds and thread memberships.
 #[derive(Default)]
 pub struct Threads {
-    /// Channel id → whether it is a thread.
-    kinds: Mutex<HashMap<String, bool>>,
+    /// Channel id → its parent channel when it is a thread, `None` when it is not.
+    kinds: Mutex<HashMap<String, Option<String>>>,
     /// Thread id → whether the bot is a member.
     member: Mutex<HashMap<String, bool>>,
 }
@@ -35,7 +35,8 @@ impl Threads {
         if message.origin == Origin::Private {
             return;
         }
-        if self.is_thread(rest, &message.chat).await {
+        if let Some(parent) = self.thread_parent(rest, &message.chat).await {
+            message.parent_chat = Some(parent);
             message.origin = Origin::SharedThread;
             message.thread = Some(message.chat.clone());
             if !message.addressed {
@@ -51,7 +52,8 @@ impl Threads {
             match rest.start_thread(&message.chat, &message.id, &name).await {
                 Ok(thread) => {
                     self.joined(&thread);
-                    remember(&self.kinds, &thread, true);
+                    remember(&self.kinds, &thread, Some(message.chat.clone()));
+                    message.parent_chat = Some(message.chat.clone());
                     message.origin = Origin::SharedThread;
                     message.thread = Some(thread);
                 }
@@ -67,7 +69,8 @@ impl Threads {
         remember(&self.member, thread, true);
     }
 
-    async fn is_thread(&self, rest: &Rest, channel: &str) -> bool {
+    /// The parent channel when `channel` is a thread.
+    async fn thread_parent(&self, rest: &Rest, channel: &str) -> Option<String> {
         if let Some(known) = recall(&self.kinds, channel) {
             return known;
         }
@@ -76,12 +79,14 @@ impl Threads {
                 let thread = info["type"]
                     .as_u64()
                     .is_some_and(|t| THREAD_TYPES.contains(&t));
-                remember(&self.kinds, channel, thread);
-                thread
+                let parent =
+                    thread.then(|| info["parent_id"].as_str().unwrap_or_default().to_owned());
+                remember(&self.kinds, channel, parent.clone());
+                parent
             }
             Err(error) => {
                 tracing::debug!(%error, %channel, "discord: channel kind unknown; taken as a channel");
-                false
+                None
             }
         }
     }
@@ -96,11 +101,11 @@ impl Threads {
     }
 }
 
-fn recall(map: &Mutex<HashMap<String, bool>>, key: &str) -> Option<bool> {
-    map.lock().ok().and_then(|m| m.get(key).copied())
+fn recall<T: Clone>(map: &Mutex<HashMap<String, T>>, key: &str) -> Option<T> {
+    map.lock().ok().and_then(|m| m.get(key).cloned())
 }
 
-fn remember(map: &Mutex<HashMap<String, bool>>, key: &str, value: bool) {
+fn remember<T>(map: &Mutex<HashMap<String, T>>, key: &str, value: T) {
     if let Ok(mut m) = map.lock() {
         if m.len() >= REMEMBERED {
             m.clear();

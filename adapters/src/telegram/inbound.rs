@@ -210,6 +210,8 @@ impl Incoming {
             },
             user_id: self.user_id.to_string(),
             username: self.username,
+            roles: Vec::new(),
+            parent_chat: None,
             text: self.text,
             files: self.media,
             addressed: self.addressed,

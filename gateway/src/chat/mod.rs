@@ -49,13 +49,33 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("help", "What I can do"),
 ];
 
-/// Who may talk to the bot on one platform.
+/// Who may talk to the bot on one platform, and where.
 #[derive(Debug, Clone, Default)]
 pub struct Access {
     /// User ids or @usernames.
     pub allowed_users: Vec<String>,
+    /// Role ids whose members may talk to the bot (platforms with roles).
+    pub allowed_roles: Vec<String>,
     /// Chats where every message is answered, from anyone.
     pub open_chats: Vec<String>,
+    /// When not empty, the only group chats (channels) the bot answers in; DMs are not
+    /// affected. A thread counts as its channel too.
+    pub allowed_chats: Vec<String>,
+    /// Group chats (channels) the bot never answers in.
+    pub ignored_chats: Vec<String>,
+}
+
+impl Access {
+    /// Whether `message`'s place is one the bot answers in at all.
+    fn place_allowed(&self, message: &InboundMessage) -> bool {
+        if message.origin == Origin::Private {
+            return true;
+        }
+        let places = [Some(&message.chat), message.parent_chat.as_ref()];
+        let listed = |list: &[String]| places.iter().flatten().any(|p| list.contains(p));
+        !listed(&self.ignored_chats)
+            && (self.allowed_chats.is_empty() || listed(&self.allowed_chats))
+    }
 }
 
 /// Starts `platform`: its intake, the runner that stores what arrives, and the deliverer.
@@ -133,6 +153,10 @@ impl Runner {
     async fn accept(&self, message: InboundMessage) -> Result<(), SubmitError> {
         let name = self.caps.name;
         let private = message.origin == Origin::Private;
+        if !self.access.place_allowed(&message) {
+            tracing::debug!(platform = name, chat = %message.chat, "message in a chat the bot does not answer in");
+            return Ok(());
+        }
         let open_chat = !private && self.access.open_chats.contains(&message.chat);
         if !open_chat
             && !self.is_allowed(&message)
@@ -143,7 +167,7 @@ impl Runner {
                 user = %message.user_id,
                 username = message.username.as_deref().unwrap_or(""),
                 chat = %message.chat,
-                "refused a message from a user not in {name}.allowed_users and not paired"
+                "refused a message from a user not in {name}.allowed_users (or allowed_roles) and not paired"
             );
             if private {
                 self.offer_pairing(&message).await?;
@@ -292,10 +316,15 @@ impl Runner {
             .username
             .as_deref()
             .map(|u| format!("@{}", u.to_ascii_lowercase()));
-        self.access.allowed_users.iter().any(|entry| {
+        let by_user = self.access.allowed_users.iter().any(|entry| {
             let entry = entry.trim();
             entry == message.user_id || name.as_deref() == Some(entry.to_ascii_lowercase().as_str())
-        })
+        });
+        by_user
+            || message
+                .roles
+                .iter()
+                .any(|role| self.access.allowed_roles.contains(role))
     }
 
     /// `/start`: a greeting without a model call (once per message, through the inbox).

@@ -388,6 +388,12 @@ pub struct DiscordConfig {
     pub api_url: String,
     /// User ids or @usernames allowed to talk to the bot; others get pairing codes in DMs.
     pub allowed_users: Vec<String>,
+    /// Role ids whose members may talk to the bot in guilds.
+    pub allowed_roles: Vec<String>,
+    /// When not empty, the only guild channels the bot answers in (DMs are not affected).
+    pub allowed_channels: Vec<String>,
+    /// Guild channels the bot never answers in.
+    pub ignored_channels: Vec<String>,
     /// Channel ids where the bot answers every message, from anyone in them (elsewhere in
     /// guilds it answers only when mentioned or replied to, and only allowed or paired users).
     pub free_response_channels: Vec<String>,
@@ -409,6 +415,9 @@ impl Default for DiscordConfig {
             token_env: "DISCORD_BOT_TOKEN".into(),
             api_url: "https://discord.com".into(),
             allowed_users: Vec::new(),
+            allowed_roles: Vec::new(),
+            allowed_channels: Vec::new(),
+            ignored_channels: Vec::new(),
             free_response_channels: Vec::new(),
             allow_bots: false,
             max_file_mb: 20,
