@@ -185,3 +185,23 @@ async fn a_failing_gateway_url_fails_the_connection_loudly() {
         "a bad token is refused"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_request_resumes_the_session() {
+    let fake = FakeDiscord::start(TOKEN).await.expect("fake");
+    let (_discord, mut texts, stop) = running(&fake).await;
+    fake.request_reconnect();
+    fake.message(&Author::dm(42), "after the reconnect", false);
+    assert_eq!(
+        text(&mut texts).await,
+        "1042|after the reconnect|Private|true"
+    );
+    for _ in 0..100 {
+        if fake.sessions().1 > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(fake.sessions(), (1, 1), "resumed on opcode 7");
+    stop.cancel();
+}

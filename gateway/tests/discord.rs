@@ -378,3 +378,23 @@ async fn roles_let_members_in_and_channel_lists_keep_the_bot_out() {
         "{log}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_message_content_intent_is_explained_in_the_log() {
+    let (_model, discord, home) = fakes(Vec::new()).await;
+    discord.refuse_intents(true);
+    let _iris = start(home.path(), &[("DISCORD_BOT_TOKEN", TOKEN)]).await;
+    let mut log = String::new();
+    for _ in 0..200 {
+        log = binary::log(home.path());
+        if log.contains("Message Content Intent") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        log.contains("discord refused the message content intent")
+            && log.contains("Privileged Gateway Intents"),
+        "{log}"
+    );
+}
