@@ -24,6 +24,7 @@ fn settings(fake: &FakeDiscord) -> DiscordSettings {
         max_file_bytes: 1024,
         shards: 1,
         auto_thread: false,
+        reply_as_file_over: 0,
     }
 }
 
@@ -204,4 +205,50 @@ async fn a_reconnect_request_resumes_the_session() {
     }
     assert_eq!(fake.sessions(), (1, 1), "resumed on opcode 7");
     stop.cancel();
+}
+
+#[tokio::test]
+async fn a_long_reply_can_come_as_a_markdown_file() {
+    let fake = FakeDiscord::start(TOKEN).await.expect("fake");
+    let discord = DiscordPlatform::connect(DiscordSettings {
+        reply_as_file_over: 3_000,
+        ..settings(&fake)
+    })
+    .await
+    .expect("connect");
+    let to = Address {
+        chat: "77".into(),
+        thread: None,
+        reply_to: Some("555".into()),
+    };
+    let reply = format!(
+        "Summary first.\n\n```rust\n{}```",
+        "let x = 1;\n".repeat(400)
+    );
+    fake.rate_limit(1, 0.1);
+    let ids = discord.send(&to, &reply).await.expect("sent");
+    assert_eq!(ids.len(), 1, "one message");
+    let sent = fake.sent(77);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        sent[0]["content"],
+        "Summary first.\n\n(The whole answer is attached as answer.md.)"
+    );
+    assert_eq!(
+        sent[0]["_file"],
+        reply.as_str(),
+        "the whole answer, as written"
+    );
+    assert_eq!(sent[0]["attachments"][0]["filename"], "answer.md");
+    assert_eq!(
+        sent[0]["allowed_mentions"],
+        serde_json::json!({"parse": []})
+    );
+    assert_eq!(sent[0]["message_reference"]["message_id"], "555");
+    // Shorter replies are messages as usual.
+    discord.send(&to, "short").await.expect("sent");
+    assert_eq!(
+        fake.sent_texts(77).last().map(String::as_str),
+        Some("short")
+    );
 }

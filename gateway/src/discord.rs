@@ -28,6 +28,7 @@ pub async fn start(
         max_file_bytes: config.max_file_mb.saturating_mul(1024 * 1024),
         shards: config.shards,
         auto_thread: config.auto_thread,
+        reply_as_file_over: usize::try_from(config.reply_as_file_over_chars).unwrap_or(usize::MAX),
     })
     .await?;
     let access = Access {

@@ -529,7 +529,17 @@ async fn rest(
     body: Bytes,
 ) -> Response {
     let path = format!("/{path}");
-    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let mut body = crate::script::form_params(&headers, &body);
+    // A message with a file: its JSON is in `payload_json`, the file in `files[0]` (kept as
+    // `_file`).
+    if let Some(payload) = body["payload_json"]
+        .as_str()
+        .and_then(|p| serde_json::from_str::<Value>(p).ok())
+    {
+        let file = body["files[0]"].clone();
+        body = payload;
+        body["_file"] = file;
+    }
     let authorised = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())

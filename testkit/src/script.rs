@@ -304,3 +304,45 @@ pub(crate) fn error_response(status: u16, body: &str, retry_after: Option<&str>)
     }
     response
 }
+
+/// A request body's parameters, whether JSON, multipart or form encoded (teloxide sends JSON,
+/// and multipart for methods that can carry a file; Discord multipart for attachments).
+/// Multipart fields come back as strings.
+pub(crate) fn form_params(headers: &axum::http::HeaderMap, body: &[u8]) -> serde_json::Value {
+    if body.is_empty() {
+        return serde_json::json!({});
+    }
+    let boundary = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| v.starts_with("multipart/form-data"))
+        .and_then(|v| v.split("boundary=").nth(1))
+        .map(|b| b.trim_matches('"').to_owned());
+    if let Some(boundary) = boundary {
+        let text = String::from_utf8_lossy(body);
+        let mut fields = serde_json::Map::new();
+        for part in text.split(&format!("--{boundary}")) {
+            let Some((head, value)) = part.split_once("\r\n\r\n") else {
+                continue;
+            };
+            let Some(name) = head
+                .split("name=\"")
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+            else {
+                continue;
+            };
+            let value = value.strip_suffix("\r\n").unwrap_or(value);
+            fields.insert(name.to_owned(), serde_json::Value::String(value.to_owned()));
+        }
+        return serde_json::Value::Object(fields);
+    }
+    serde_json::from_slice(body).unwrap_or_else(|_| {
+        let pairs: serde_json::Map<String, serde_json::Value> = String::from_utf8_lossy(body)
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_owned(), serde_json::Value::String(v.to_owned())))
+            .collect();
+        serde_json::Value::Object(pairs)
+    })
+}

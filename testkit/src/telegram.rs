@@ -314,47 +314,6 @@ fn fail(status: StatusCode, description: &str, parameters: Option<Value>) -> Res
     (status, axum::Json(body)).into_response()
 }
 
-/// JSON, multipart or form parameters (teloxide sends JSON, and multipart for methods that
-/// can carry a file, such as `setWebhook`). Multipart text fields come back as strings.
-fn params(headers: &HeaderMap, body: &Bytes) -> Value {
-    if body.is_empty() {
-        return json!({});
-    }
-    let boundary = headers
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| v.starts_with("multipart/form-data"))
-        .and_then(|v| v.split("boundary=").nth(1))
-        .map(|b| b.trim_matches('"').to_owned());
-    if let Some(boundary) = boundary {
-        let text = String::from_utf8_lossy(body);
-        let mut fields = serde_json::Map::new();
-        for part in text.split(&format!("--{boundary}")) {
-            let Some((head, value)) = part.split_once("\r\n\r\n") else {
-                continue;
-            };
-            let Some(name) = head
-                .split("name=\"")
-                .nth(1)
-                .and_then(|rest| rest.split('"').next())
-            else {
-                continue;
-            };
-            let value = value.strip_suffix("\r\n").unwrap_or(value);
-            fields.insert(name.to_owned(), Value::String(value.to_owned()));
-        }
-        return Value::Object(fields);
-    }
-    serde_json::from_slice(body).unwrap_or_else(|_| {
-        let pairs: serde_json::Map<String, Value> = String::from_utf8_lossy(body)
-            .split('&')
-            .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| (k.to_owned(), Value::String(v.to_owned())))
-            .collect();
-        Value::Object(pairs)
-    })
-}
-
 async fn method(
     State(shared): State<Arc<Shared>>,
     Path((bot, method)): Path<(String, String)>,
@@ -365,7 +324,7 @@ async fn method(
         return fail(StatusCode::UNAUTHORIZED, "Unauthorized", None);
     }
     let method = method.to_ascii_lowercase();
-    let mut params = params(&headers, &body);
+    let mut params = crate::script::form_params(&headers, &body);
     let delay = shared.lock().delay;
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;

@@ -54,6 +54,9 @@ pub struct DiscordSettings {
     pub shards: u32,
     /// A mention in a channel starts a thread, where the conversation goes on.
     pub auto_thread: bool,
+    /// Replies longer than this many characters come as an `answer.md` attachment with a short
+    /// preview instead of several messages; 0 never.
+    pub reply_as_file_over: usize,
 }
 
 /// Why the adapter could not start.
@@ -297,6 +300,24 @@ async fn sequence(
     }
 }
 
+/// The message that carries a long reply as a file: its first paragraph (clipped), and a word
+/// about the attachment.
+fn file_preview(markdown: &str) -> String {
+    const PREVIEW: usize = 300;
+    let first = markdown
+        .split("\n\n")
+        .find(|p| !p.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    let mut preview: String = first.chars().take(PREVIEW).collect();
+    if first.chars().count() > PREVIEW || first.contains("```") {
+        // A clipped preview must not leave a code fence open.
+        preview = preview.replace("```", "");
+        preview.push('…');
+    }
+    format!("{preview}\n\n(The whole answer is attached as answer.md.)")
+}
+
 fn failed(error: rest::RestError) -> SendError {
     SendError::Failed(error.to_string())
 }
@@ -346,6 +367,24 @@ impl Platform for DiscordPlatform {
     }
 
     async fn send(&self, to: &Address, markdown: &str) -> Result<Vec<String>, SendError> {
+        let over = self.settings.reply_as_file_over;
+        if over > 0 && crate::split::chars(markdown) > over {
+            let channel = to.thread.as_deref().unwrap_or(&to.chat);
+            let id = self
+                .rest
+                .create_message_with_file(
+                    channel,
+                    &file_preview(markdown),
+                    to.reply_to.as_deref(),
+                    ("answer.md", markdown),
+                )
+                .await
+                .map_err(failed)?;
+            if let Some(thread) = &to.thread {
+                self.threads.joined(thread);
+            }
+            return Ok(vec![id]);
+        }
         let mut ids = Vec::new();
         let parts = crate::split::split(markdown, MAX_MESSAGE_CHARS, crate::split::chars);
         for (i, part) in parts.iter().enumerate() {

@@ -91,6 +91,38 @@ impl Rest {
         Ok(sent["id"].as_str().unwrap_or_default().to_owned())
     }
 
+    /// Creates a message in `channel` with `content` and `file` (name, Markdown text) attached.
+    pub async fn create_message_with_file(
+        &self,
+        channel: &str,
+        content: &str,
+        reply_to: Option<&str>,
+        file: (&str, &str),
+    ) -> Result<String, RestError> {
+        let (name, text) = file;
+        let mut payload = json!({
+            "content": content,
+            "allowed_mentions": {"parse": []},
+            "attachments": [{"id": 0, "filename": name}],
+        });
+        if let Some(id) = reply_to {
+            payload["message_reference"] = json!({"message_id": id, "fail_if_not_exists": false});
+        }
+        let path = format!("/channels/{channel}/messages");
+        let payload = payload.to_string();
+        let sent = self
+            .call_with(Method::POST, &path, &|request| {
+                let part = reqwest::multipart::Part::bytes(text.as_bytes().to_vec())
+                    .file_name(name.to_owned());
+                let form = reqwest::multipart::Form::new()
+                    .text("payload_json", payload.clone())
+                    .part("files[0]", part);
+                request.multipart(form)
+            })
+            .await?;
+        Ok(sent["id"].as_str().unwrap_or_default().to_owned())
+    }
+
     /// Replaces a message's content (mentions still disabled).
     pub async fn edit_message(
         &self,
@@ -189,26 +221,38 @@ impl Rest {
         Ok(bytes)
     }
 
-    /// One request, with the waits and retries of the module docs.
+    /// One request with a JSON body (or none).
     async fn call(
         &self,
         method: Method,
         path: &str,
         body: Option<&Value>,
     ) -> Result<Value, RestError> {
+        self.call_with(method, path, &|request| match body {
+            Some(body) => request.json(body),
+            None => request,
+        })
+        .await
+    }
+
+    /// One request, its body set by `body` on every attempt, with the waits and retries of
+    /// the module docs.
+    async fn call_with(
+        &self,
+        method: Method,
+        path: &str,
+        body: &(dyn Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder + Send + Sync),
+    ) -> Result<Value, RestError> {
         let route = route_of(path);
         let mut tries = 0;
         loop {
             tries += 1;
             self.wait_for_bucket(&route).await;
-            let mut request = self
+            let request = self
                 .client
                 .request(method.clone(), format!("{}{path}", self.base))
                 .header("authorization", &self.authorization);
-            if let Some(body) = body {
-                request = request.json(body);
-            }
-            let response = match request.send().await {
+            let response = match body(request).send().await {
                 Ok(response) => response,
                 Err(error) if error.is_connect() && tries < MAX_TRIES => {
                     tracing::debug!(%error, "discord unreachable; retrying");

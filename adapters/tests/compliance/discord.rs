@@ -32,6 +32,7 @@ impl Harness for DiscordHarness {
                 max_file_bytes: 1 << 20,
                 shards: 1,
                 auto_thread: false,
+                reply_as_file_over: 0,
             })
             .await
             .expect("connect"),

@@ -406,6 +406,9 @@ pub struct DiscordConfig {
     /// A mention in a channel starts a thread from that message; the conversation goes on
     /// there (threads are shared by everyone in them, and answered without a mention).
     pub auto_thread: bool,
+    /// Replies longer than this many characters come as an `answer.md` attachment with a
+    /// short preview instead of several messages (0: always as messages).
+    pub reply_as_file_over_chars: u64,
 }
 
 impl Default for DiscordConfig {
@@ -423,6 +426,7 @@ impl Default for DiscordConfig {
             max_file_mb: 20,
             shards: 1,
             auto_thread: false,
+            reply_as_file_over_chars: 0,
         }
     }
 }
