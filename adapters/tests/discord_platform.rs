@@ -252,3 +252,50 @@ async fn a_long_reply_can_come_as_a_markdown_file() {
         Some("short")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalidated_session_is_identified_again_and_messages_keep_coming() {
+    let fake = FakeDiscord::start(TOKEN).await.expect("fake");
+    let (_discord, mut texts, stop) = running(&fake).await;
+    fake.invalidate_session(false);
+    // Discord delivers only to an identified session: wait for the second one.
+    for _ in 0..300 {
+        if fake.sessions().0 == 2 && fake.connected() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(fake.sessions(), (2, 0), "identified again, not resumed");
+    fake.message(&Author::dm(42), "new session", false);
+    assert_eq!(text(&mut texts).await, "1042|new session|Private|true");
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn an_empty_bucket_is_waited_out_before_discord_has_to_refuse() {
+    let fake = FakeDiscord::start(TOKEN).await.expect("fake");
+    let discord = DiscordPlatform::connect(settings(&fake))
+        .await
+        .expect("connect");
+    fake.bucket(2, 0.4);
+    let to = Address {
+        chat: "77".into(),
+        thread: None,
+        reply_to: None,
+    };
+    let started = std::time::Instant::now();
+    for text in ["one", "two", "three", "four", "five"] {
+        discord.send(&to, text).await.expect("sent");
+    }
+    assert_eq!(fake.sent_texts(77), ["one", "two", "three", "four", "five"]);
+    let refused = fake
+        .calls("POST", "/channels/77/messages")
+        .iter()
+        .filter(|c| !c.ok)
+        .count();
+    assert_eq!(refused, 0, "the headers were heeded: no 429");
+    assert!(
+        started.elapsed() >= Duration::from_millis(700),
+        "two refills waited for"
+    );
+}

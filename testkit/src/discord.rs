@@ -106,6 +106,9 @@ struct Inner {
     fail_gateway_url: bool,
     /// Attachment bytes by id, served at `/attachments/{id}/{name}`.
     files: std::collections::HashMap<String, Vec<u8>>,
+    /// A per-route bucket on message creates: size, seconds to refill, requests left, when it
+    /// refills.
+    bucket: Option<(u32, f64, u32, std::time::Instant)>,
     /// Thread id → parent channel id.
     threads: std::collections::HashMap<u64, u64>,
     /// Threads the bot is a member of.
@@ -311,9 +314,25 @@ impl FakeDiscord {
         self.send_op(json!({"op": 7, "d": null}));
     }
 
+    /// Invalidates the session (opcode 9): `resumable` lets the bot resume, otherwise it must
+    /// identify again.
+    pub fn invalidate_session(&self, resumable: bool) {
+        if !resumable {
+            self.shared.lock().session = None;
+        }
+        self.send_op(json!({"op": 9, "d": resumable}));
+    }
+
     /// Answers the next `count` message creates with 429 and `retry_after` seconds.
     pub fn rate_limit(&self, count: u32, retry_after: f64) {
         self.shared.lock().rate_limited = (count, retry_after);
+    }
+
+    /// Message creates share a bucket of `size` requests refilled `reset_after` seconds after
+    /// it was first used, announced in `X-RateLimit-*` headers as Discord does; a create on an
+    /// empty bucket is answered 429.
+    pub fn bucket(&self, size: u32, reset_after: f64) {
+        self.shared.lock().bucket = Some((size, reset_after, size, std::time::Instant::now()));
     }
 
     /// Closes the next Identify with 4014 (disallowed intents: message content not enabled).
@@ -599,6 +618,10 @@ fn answer(
                 inner.rate_limited.0 -= 1;
                 return (false, rate_limited(inner.rate_limited.1));
             }
+            let headers = match take_from_bucket(inner) {
+                Ok(headers) => headers,
+                Err(until) => return (false, rate_limited(until)),
+            };
             inner.next_id += 1;
             // Posting in a thread makes the bot a member, as on Discord.
             if let Ok(id) = channel.parse::<u64>()
@@ -606,7 +629,13 @@ fn answer(
             {
                 inner.joined.insert(id);
             }
-            axum::Json(sent_message(inner.next_id, channel, body)).into_response()
+            let mut response = axum::Json(sent_message(inner.next_id, channel, body)).into_response();
+            for (name, value) in headers {
+                if let Ok(value) = value.parse() {
+                    response.headers_mut().insert(name, value);
+                }
+            }
+            response
         }
         ("GET", ["channels", channel]) => {
             let id = channel.parse::<u64>().unwrap_or(0);
@@ -641,6 +670,30 @@ fn answer(
         _ => return (false, error(StatusCode::NOT_FOUND, 10_000, "404: Not Found")),
     };
     (true, response)
+}
+
+/// One request from the message bucket, if there is one: the headers to answer with, or (when
+/// it is empty) the seconds until it refills.
+fn take_from_bucket(inner: &mut Inner) -> Result<Vec<(&'static str, String)>, f64> {
+    let Some((size, reset_after, left, refills)) = inner.bucket.as_mut() else {
+        return Ok(Vec::new());
+    };
+    let now = std::time::Instant::now();
+    if now >= *refills {
+        *left = *size;
+        *refills = now + std::time::Duration::from_secs_f64(*reset_after);
+    }
+    let until = refills.saturating_duration_since(now).as_secs_f64();
+    if *left == 0 {
+        return Err(until);
+    }
+    *left -= 1;
+    Ok(vec![
+        ("x-ratelimit-limit", size.to_string()),
+        ("x-ratelimit-remaining", left.to_string()),
+        ("x-ratelimit-reset-after", format!("{until:.3}")),
+        ("x-ratelimit-bucket", "fake-messages".to_owned()),
+    ])
 }
 
 fn sent_message(id: u64, channel: &str, body: &Value) -> Value {
