@@ -1,6 +1,6 @@
 //! What `iris serve` runs beside the health endpoints: the agent, the conversation runtime
 //! (resuming what a previous run left unanswered), the webhook and its callback delivery, the
-//! Telegram adapter.
+//! chat platforms, and the gauges of `/metrics`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -40,6 +40,19 @@ pub async fn start(
             busy_mode: config.agent.busy_mode,
         },
     ));
+    let metrics = crate::metrics::metrics();
+    let weak = Arc::downgrade(&gateway);
+    metrics.gauge(
+        "iris_conversations_resident",
+        "Conversations with an actor in memory.",
+        Box::new(move || weak.upgrade().map_or(0.0, |g| g.resident() as f64)),
+    );
+    let weak = Arc::downgrade(&gateway);
+    metrics.gauge(
+        "iris_queue_depth",
+        "Messages given to conversations and not answered yet (running turns included).",
+        Box::new(move || weak.upgrade().map_or(0.0, |g| g.pending() as f64)),
+    );
     let resumed = gateway.resume_unfinished().await?;
     if resumed > 0 {
         tracing::info!(resumed, "resumed messages left unanswered by the last run");

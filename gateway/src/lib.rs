@@ -16,6 +16,7 @@
 //! - [`config`]: configuration loading (defaults < file < environment), strict.
 //! - [`local_model`]: the tiny local model a first run without a key talks to.
 //! - [`logging`]: `tracing` set-up with redaction at the sink.
+//! - [`metrics`]: the Prometheus registry behind `GET /metrics`.
 //! - [`server`]: the HTTP server (`/healthz`, `/readyz`) and its graceful shutdown.
 //! - [`providers`]: model providers (main + fallbacks) from `[llm]`.
 //! - [`tools`]: the agent's tools (built-ins and MCP servers) from `[tools]` and `[mcp]`.
@@ -34,6 +35,7 @@ pub mod discord;
 pub mod doctor;
 pub mod local_model;
 pub mod logging;
+pub mod metrics;
 pub mod pairing;
 pub mod providers;
 pub mod server;

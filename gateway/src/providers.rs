@@ -55,5 +55,63 @@ pub fn provider(loaded: &Loaded, llm: &LlmConfig) -> Result<Arc<dyn ChatProvider
             Arc::new(OpenAiProvider::new(config).context("model client")?)
         }
     };
-    Ok(built)
+    Ok(Arc::new(Metered(built)))
+}
+
+/// A provider whose calls are counted and timed in [`crate::metrics`]: outcome (ok or the
+/// error class), latency, tokens and estimated cost.
+struct Metered(Arc<dyn ChatProvider>);
+
+#[async_trait::async_trait]
+impl ChatProvider for Metered {
+    fn kind(&self) -> &'static str {
+        self.0.kind()
+    }
+
+    fn model(&self) -> &str {
+        self.0.model()
+    }
+
+    fn spec(&self) -> &ModelSpec {
+        self.0.spec()
+    }
+
+    fn with_model(&self, model: &str) -> Option<Arc<dyn ChatProvider>> {
+        self.0
+            .with_model(model)
+            .map(|p| Arc::new(Metered(p)) as Arc<dyn ChatProvider>)
+    }
+
+    async fn complete(
+        &self,
+        request: &agent_core::llm::ChatRequest,
+        on_event: &(dyn Fn(agent_core::llm::StreamEvent) + Send + Sync),
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<agent_core::llm::ChatResponse, agent_core::llm::LlmError> {
+        let started = std::time::Instant::now();
+        let result = self.0.complete(request, on_event, cancel).await;
+        let metrics = crate::metrics::metrics();
+        match &result {
+            Ok(response) => {
+                let usage = response.usage.unwrap_or_default();
+                metrics.model_call(
+                    self.kind(),
+                    "ok",
+                    started.elapsed(),
+                    response
+                        .usage
+                        .map(|u| (u.prompt_tokens, u.completion_tokens)),
+                    self.spec().prices.cost(&usage),
+                );
+            }
+            Err(error) => metrics.model_call(
+                self.kind(),
+                error.class.as_str(),
+                started.elapsed(),
+                None,
+                0.0,
+            ),
+        }
+        result
+    }
 }

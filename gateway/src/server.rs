@@ -1,8 +1,9 @@
 //! The HTTP server and its one shutdown path.
 //!
 //! It serves health — `GET /healthz` (the process is alive) and `GET /readyz` (the store
-//! answers; the body names what is not ready) — plus whatever the daemon mounts beside it (the
-//! webhook today; the OpenAI-compatible API, metrics and the admin API later). Every error is
+//! answers; the body names what is not ready) — and `GET /metrics` (Prometheus text; no user
+//! data in it, so it needs no token), plus whatever the daemon mounts beside it (webhook, API,
+//! Telegram's webhook route). Every error is
 //! a JSON body `{"error": {"code", "message"}}`.
 
 use std::sync::Arc;
@@ -33,6 +34,7 @@ pub fn router(state: AppState, mounted: Router) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .with_state(state)
         .merge(mounted)
         .fallback(not_found)
@@ -53,6 +55,15 @@ pub async fn run(
         .context("HTTP server failed")?;
     tracing::info!("iris stopped");
     Ok(())
+}
+
+/// `GET /metrics`: the process's metrics in the Prometheus text format.
+async fn metrics() -> Response {
+    (
+        [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
+        crate::metrics::metrics().render(),
+    )
+        .into_response()
 }
 
 /// Cancels `token` on SIGINT or SIGTERM.

@@ -60,7 +60,9 @@ impl Runner {
 
     async fn deliver_one(&self, delivery: &Delivery) -> Result<()> {
         let attempts = self.store.outbox_begin_attempt(delivery.id).await?;
+        let metrics = crate::metrics::metrics();
         if attempts > MAX_ATTEMPTS {
+            metrics.delivery(self.caps.name, "failed");
             self.store.outbox_mark_failed(delivery.id).await?;
             tracing::error!(
                 platform = self.caps.name,
@@ -70,8 +72,15 @@ impl Runner {
             return Ok(());
         }
         // On failure the row stays pending: the next sweep sends it again.
-        let ids = self.platform.send(&delivery.to, &delivery.text).await?;
+        let ids = match self.platform.send(&delivery.to, &delivery.text).await {
+            Ok(ids) => ids,
+            Err(error) => {
+                metrics.delivery(self.caps.name, "retry");
+                return Err(error.into());
+            }
+        };
         self.store.outbox_mark_delivered(delivery.id, &ids).await?;
+        metrics.delivery(self.caps.name, "delivered");
         Ok(())
     }
 

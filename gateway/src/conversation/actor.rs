@@ -271,8 +271,11 @@ impl Actor {
         };
         let session = conversation.state.session_id.clone();
         let mut usage = None;
+        let metrics = crate::metrics::metrics();
+        let source = job.inbox.source.as_str();
         let (answer, error) = match result {
             Ok(outcome) => {
+                metrics.turn_finished(source, "ok", outcome.compressions);
                 usage = Some((outcome.usage.prompt_tokens, outcome.usage.completion_tokens));
                 tracing::info!(
                     parent: &span,
@@ -284,16 +287,25 @@ impl Actor {
                 );
                 (outcome.text, None)
             }
-            Err(TurnError::Store(e)) => return Err(e),
-            Err(TurnError::Cancelled) if arrivals.interrupted => (
-                "Interrupted by a newer message.".to_owned(),
-                Some("interrupted".to_owned()),
-            ),
+            Err(TurnError::Store(e)) => {
+                metrics.turn_finished(source, "error", 0);
+                metrics.error("store");
+                return Err(e);
+            }
+            Err(TurnError::Cancelled) if arrivals.interrupted => {
+                metrics.turn_finished(source, "interrupted", 0);
+                (
+                    "Interrupted by a newer message.".to_owned(),
+                    Some("interrupted".to_owned()),
+                )
+            }
             Err(e) => {
                 let class = match &e {
                     TurnError::Model(m) => m.class.as_str().to_owned(),
                     _ => "cancelled".to_owned(),
                 };
+                metrics.turn_finished(source, "error", 0);
+                metrics.error(&class);
                 tracing::warn!(parent: &span, error = %e, "turn failed");
                 (notice::turn_failed(&e), Some(class))
             }

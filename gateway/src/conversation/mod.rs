@@ -162,6 +162,7 @@ impl Gateway {
                 reply,
             });
         }
+        crate::metrics::metrics().message_received(&inbound.source);
         let (tx, rx) = oneshot::channel();
         let inbox_id = accepted.item.id;
         self.router
@@ -230,5 +231,10 @@ impl Gateway {
     /// Conversations with an actor in memory.
     pub fn resident(&self) -> usize {
         self.router.resident()
+    }
+
+    /// Messages given to conversations and not answered yet (running turns included).
+    pub fn pending(&self) -> usize {
+        self.router.pending()
     }
 }

@@ -80,6 +80,15 @@ impl Router {
         self.inner.actors.lock().map(|a| a.len()).unwrap_or(0)
     }
 
+    /// Jobs given to actors and not answered yet.
+    pub fn pending(&self) -> usize {
+        self.inner
+            .actors
+            .lock()
+            .map(|a| a.values().map(|e| e.load.load(Ordering::SeqCst)).sum())
+            .unwrap_or(0)
+    }
+
     fn mailbox(&self, key: &str) -> mpsc::Sender<Job> {
         let mut actors = match self.inner.actors.lock() {
             Ok(actors) => actors,

@@ -108,11 +108,13 @@ impl Deliverer {
                     tracing::warn!(%error, outbox = row.id, "callback delivered but not marked");
                 }
                 tracing::info!(route, outbox = row.id, attempts, "callback delivered");
+                crate::metrics::metrics().delivery("webhook", "delivered");
                 Ok(())
             }
             Err(why) if attempts >= MAX_ATTEMPTS => {
                 tracing::error!(route, outbox = row.id, attempts, %why, "callback given up");
                 let _ = self.store.outbox_mark_failed(row.id).await;
+                crate::metrics::metrics().delivery("webhook", "failed");
                 Ok(())
             }
             Err(why) => {
@@ -121,6 +123,7 @@ impl Deliverer {
                     .saturating_mul(1 << attempts.clamp(0, 16))
                     .min(Duration::from_secs(300));
                 tracing::warn!(route, outbox = row.id, attempts, %why, retry_in = ?wait, "callback failed");
+                crate::metrics::metrics().delivery("webhook", "retry");
                 Err(wait)
             }
         }
