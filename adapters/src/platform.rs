@@ -149,6 +149,9 @@ pub enum SendError {
 pub trait Platform: Send + Sync + 'static {
     fn capabilities(&self) -> Capabilities;
 
+    /// Whether it is connected and receiving (`/readyz`); `Err` says what is wrong.
+    fn ready(&self) -> Result<(), String>;
+
     /// Receives messages until `stop`, handing each over on `arrivals` and confirming it to
     /// the platform only once it is stored. Messages that are parts of one (an album, a text
     /// the client split) are joined before they are handed over.

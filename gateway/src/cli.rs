@@ -210,7 +210,9 @@ async fn serve(mut loaded: Loaded, args: ServeArgs) -> Result<()> {
         .with_context(|| format!("cannot listen on {bind}"))?;
     let shutdown = CancellationToken::new();
     tokio::spawn(crate::server::cancel_on_signal(shutdown.clone()));
-    let mounted = crate::daemon::start(&loaded, store.clone(), shutdown.clone()).await?;
+    let readiness = crate::readiness::Readiness::default();
+    let mounted =
+        crate::daemon::start(&loaded, store.clone(), &readiness, shutdown.clone()).await?;
     if let Some(token) = first_run {
         let addr = listener.local_addr().context("listener has no address")?;
         say(&format!(
@@ -219,7 +221,8 @@ async fn serve(mut loaded: Loaded, args: ServeArgs) -> Result<()> {
             loaded.home.join("local-webhook-token").display()
         ));
     }
-    let served = crate::server::run(store, mounted, listener, shutdown).await;
+    let state = crate::server::AppState { store, readiness };
+    let served = crate::server::run(state, mounted, listener, shutdown).await;
     if let Some(local) = local {
         local.stop().await;
     }

@@ -23,6 +23,7 @@ use crate::webhook::{self, WebhookState};
 pub async fn start(
     loaded: &Loaded,
     store: Arc<dyn SessionStore>,
+    readiness: &crate::readiness::Readiness,
     stop: CancellationToken,
 ) -> Result<Router> {
     let config = &loaded.config;
@@ -58,6 +59,13 @@ pub async fn start(
         tracing::info!(resumed, "resumed messages left unanswered by the last run");
     }
     let mut mounted = Router::new();
+    let runtime = crate::chat::Runtime {
+        home: loaded.home.clone(),
+        gateway: gateway.clone(),
+        store: store.clone(),
+        readiness: readiness.clone(),
+        stop: stop.clone(),
+    };
     if config.webhook.enabled {
         let routes: HashMap<String, RouteAuth> = config
             .webhook
@@ -115,16 +123,8 @@ pub async fn start(
                 })?,
             },
         };
-        if let Some(route) = crate::telegram::start(
-            &config.telegram,
-            &token,
-            &loaded.home,
-            intake,
-            gateway.clone(),
-            store.clone(),
-            stop.clone(),
-        )
-        .await?
+        if let Some(route) =
+            crate::telegram::start(&config.telegram, &token, intake, &runtime).await?
         {
             mounted = mounted.merge(route);
         }
@@ -136,15 +136,7 @@ pub async fn start(
                 config.discord.token_env
             )
         })?;
-        crate::discord::start(
-            &config.discord,
-            &token,
-            &loaded.home,
-            gateway.clone(),
-            store.clone(),
-            stop.clone(),
-        )
-        .await?;
+        crate::discord::start(&config.discord, &token, &runtime).await?;
     }
     if config.api.enabled {
         let key = loaded.secret(&config.api.key_env);

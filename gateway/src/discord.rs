@@ -4,23 +4,13 @@
 use std::sync::Arc;
 
 use adapters::discord::{DiscordPlatform, DiscordSettings};
-use agent_core::store::SessionStore;
 use anyhow::Result;
-use tokio_util::sync::CancellationToken;
 
 use crate::chat::{self, Access};
 use crate::config::DiscordConfig;
-use crate::conversation::Gateway;
 
 /// Checks the token and the gateway URL, then starts the bot.
-pub async fn start(
-    config: &DiscordConfig,
-    token: &str,
-    home: &std::path::Path,
-    gateway: Arc<Gateway>,
-    store: Arc<dyn SessionStore>,
-    stop: CancellationToken,
-) -> Result<()> {
+pub async fn start(config: &DiscordConfig, token: &str, runtime: &chat::Runtime) -> Result<()> {
     let platform = DiscordPlatform::connect(DiscordSettings {
         token: token.to_owned(),
         api_url: config.api_url.clone(),
@@ -38,6 +28,6 @@ pub async fn start(
         allowed_chats: config.allowed_channels.clone(),
         ignored_chats: config.ignored_channels.clone(),
     };
-    chat::start(Arc::new(platform), access, home, gateway, store, stop);
+    chat::start(Arc::new(platform), access, runtime);
     Ok(())
 }

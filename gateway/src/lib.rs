@@ -18,6 +18,7 @@
 //! - [`logging`]: `tracing` set-up with redaction at the sink.
 //! - [`metrics`]: the Prometheus registry behind `GET /metrics`.
 //! - [`server`]: the HTTP server (`/healthz`, `/readyz`) and its graceful shutdown.
+//! - [`readiness`]: the platforms' checks behind `/readyz`.
 //! - [`providers`]: model providers (main + fallbacks) from `[llm]`.
 //! - [`tools`]: the agent's tools (built-ins and MCP servers) from `[tools]` and `[mcp]`.
 //! - [`webhook`]: `POST /hooks/{route}`, its messages endpoint and callbacks.
@@ -38,6 +39,7 @@ pub mod logging;
 pub mod metrics;
 pub mod pairing;
 pub mod providers;
+pub mod readiness;
 pub mod server;
 pub mod sessions;
 pub mod telegram;

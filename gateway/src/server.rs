@@ -1,7 +1,7 @@
 //! The HTTP server and its one shutdown path.
 //!
 //! It serves health — `GET /healthz` (the process is alive) and `GET /readyz` (the store
-//! answers; the body names what is not ready) — and `GET /metrics` (Prometheus text; no user
+//! answers and every enabled platform is connected; the body names what is not ready) — and `GET /metrics` (Prometheus text; no user
 //! data in it, so it needs no token), plus whatever the daemon mounts beside it (webhook, API,
 //! Telegram's webhook route). Every error is
 //! a JSON body `{"error": {"code", "message"}}`.
@@ -27,6 +27,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Clone)]
 pub struct AppState {
     pub store: Arc<dyn SessionStore>,
+    /// The platforms' checks for `/readyz`.
+    pub readiness: crate::readiness::Readiness,
 }
 
 /// The health routes merged with `mounted` (the daemon's other endpoints).
@@ -42,14 +44,14 @@ pub fn router(state: AppState, mounted: Router) -> Router {
 
 /// Serves on `listener` until `shutdown` is cancelled, then drains in-flight requests.
 pub async fn run(
-    store: Arc<dyn SessionStore>,
+    state: AppState,
     mounted: Router,
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<()> {
     let addr = listener.local_addr().context("listener has no address")?;
-    tracing::info!(%addr, store = store.backend(), "iris listening");
-    axum::serve(listener, router(AppState { store }, mounted))
+    tracing::info!(%addr, store = state.store.backend(), "iris listening");
+    axum::serve(listener, router(state, mounted))
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
         .context("HTTP server failed")?;
@@ -105,17 +107,29 @@ async fn readyz(State(state): State<AppState>) -> Response {
         Ok(Err(err)) => Err(err.to_string()),
         Err(_) => Err(format!("no answer within {} s", READY_TIMEOUT.as_secs())),
     };
-    match store {
-        Ok(()) => (
+    let mut checks = serde_json::Map::new();
+    let mut ready = true;
+    for (name, outcome) in std::iter::once(("store".to_owned(), store)).chain(state.readiness.run())
+    {
+        let shown = match outcome {
+            Ok(()) => "ok".to_owned(),
+            Err(reason) => {
+                tracing::warn!(check = %name, %reason, "not ready");
+                ready = false;
+                reason
+            }
+        };
+        checks.insert(name, json!(shown));
+    }
+    if ready {
+        (
             StatusCode::OK,
-            Json(json!({"status": "ready", "checks": {"store": "ok"}})),
+            Json(json!({"status": "ready", "checks": checks})),
         )
-            .into_response(),
-        Err(reason) => {
-            tracing::warn!(reason = %reason, "not ready: store");
-            let body = json!({"status": "not_ready", "checks": {"store": reason}});
-            (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
-        }
+            .into_response()
+    } else {
+        let body = json!({"status": "not_ready", "checks": checks});
+        (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
     }
 }
 

@@ -8,16 +8,13 @@
 use std::sync::Arc;
 
 use adapters::telegram::{Intake, TelegramPlatform, Update};
-use agent_core::store::SessionStore;
 use anyhow::Result;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 use crate::chat::{self, Access};
 use crate::config::TelegramConfig;
-use crate::conversation::Gateway;
 
 /// The path Telegram posts updates to in webhook mode.
 pub const WEBHOOK_PATH: &str = "/telegram/webhook";
@@ -27,11 +24,8 @@ const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
 pub async fn start(
     config: &TelegramConfig,
     token: &str,
-    home: &std::path::Path,
     intake: Intake,
-    gateway: Arc<Gateway>,
-    store: Arc<dyn SessionStore>,
-    stop: CancellationToken,
+    runtime: &chat::Runtime,
 ) -> Result<Option<axum::Router>> {
     let secret = match &intake {
         Intake::Webhook { secret, .. } => Some(secret.clone()),
@@ -51,7 +45,7 @@ pub async fn start(
         open_chats: config.open_groups.iter().map(i64::to_string).collect(),
         ..Access::default()
     };
-    chat::start(platform.clone(), access, home, gateway, store, stop);
+    chat::start(platform.clone(), access, runtime);
     Ok(secret.map(|secret| {
         axum::Router::new()
             .route(WEBHOOK_PATH, axum::routing::post(receive))

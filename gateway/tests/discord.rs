@@ -87,7 +87,14 @@ async fn dms_and_mentioned_guild_messages_are_answered_once_and_never_ping() {
         Reply::text("Guild answer."),
     ])
     .await;
-    let _iris = iris(home.path(), &discord).await;
+    let iris = iris(home.path(), &discord).await;
+    let ready: serde_json::Value = reqwest::get(format!("{}/readyz", iris.base))
+        .await
+        .expect("readyz")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(ready["checks"]["discord"], "ok", "{ready}");
 
     let dm = Author::dm(42);
     discord.message(&dm, "hi", false);
@@ -383,7 +390,7 @@ async fn roles_let_members_in_and_channel_lists_keep_the_bot_out() {
 async fn a_refused_message_content_intent_is_explained_in_the_log() {
     let (_model, discord, home) = fakes(Vec::new()).await;
     discord.refuse_intents(true);
-    let _iris = start(home.path(), &[("DISCORD_BOT_TOKEN", TOKEN)]).await;
+    let iris = start(home.path(), &[("DISCORD_BOT_TOKEN", TOKEN)]).await;
     let mut log = String::new();
     for _ in 0..200 {
         log = binary::log(home.path());
@@ -396,5 +403,20 @@ async fn a_refused_message_content_intent_is_explained_in_the_log() {
         log.contains("discord refused the message content intent")
             && log.contains("Privileged Gateway Intents"),
         "{log}"
+    );
+    let response = reqwest::get(format!("{}/readyz", iris.base))
+        .await
+        .expect("readyz");
+    assert_eq!(
+        response.status().as_u16(),
+        503,
+        "not ready without the gateway"
+    );
+    let body: serde_json::Value = response.json().await.expect("json");
+    assert!(
+        body["checks"]["discord"]
+            .as_str()
+            .is_some_and(|r| r.contains("gateway")),
+        "{body}"
     );
 }

@@ -689,3 +689,43 @@ async fn webhook_mode_joins_album_parts_and_split_messages() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(model.requests().len(), 2, "two turns for four updates");
 }
+
+/// `/readyz` until `check` says so (or ten seconds pass); the last body.
+async fn readiness_until(
+    iris: &Iris,
+    check: impl Fn(u16, &serde_json::Value) -> bool,
+) -> (u16, serde_json::Value) {
+    let mut last = (0, serde_json::Value::Null);
+    for _ in 0..200 {
+        let response = reqwest::get(format!("{}/readyz", iris.base))
+            .await
+            .expect("readyz");
+        let status = response.status().as_u16();
+        last = (status, response.json().await.unwrap_or_default());
+        if check(last.0, &last.1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    last
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_says_when_telegram_is_not_receiving() {
+    let (_model, telegram, home) = fakes(vec![Reply::text("ok")]).await;
+    let iris = iris(home.path()).await;
+    let (status, body) = readiness_until(&iris, |s, _| s == 200).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["checks"]["telegram"], "ok");
+    assert_eq!(body["checks"]["store"], "ok");
+
+    // Another poller takes the token: not ready, and the body says why; then ready again.
+    telegram.conflict(3);
+    telegram.push_text(&From::dm(42), "wake the poll");
+    let (status, body) = readiness_until(&iris, |s, _| s == 503).await;
+    assert_eq!(status, 503, "{body}");
+    let reason = body["checks"]["telegram"].as_str().unwrap_or_default();
+    assert!(reason.contains("409"), "{body}");
+    let (status, body) = readiness_until(&iris, |s, _| s == 200).await;
+    assert_eq!(status, 200, "ready again once the conflict is over: {body}");
+}

@@ -81,6 +81,8 @@ pub struct DiscordPlatform {
     application: Arc<OnceLock<String>>,
     ready: Arc<tokio::sync::Notify>,
     threads: Arc<threads::Threads>,
+    /// Whether the gateway session is up, or why not.
+    status: Arc<std::sync::Mutex<Result<(), String>>>,
 }
 
 impl DiscordPlatform {
@@ -107,6 +109,9 @@ impl DiscordPlatform {
             application: Arc::default(),
             ready: Arc::default(),
             threads: Arc::default(),
+            status: Arc::new(std::sync::Mutex::new(Err(
+                "not connected to the Discord gateway yet".into(),
+            ))),
         })
     }
 
@@ -189,6 +194,19 @@ struct Handler {
     rest: Arc<Rest>,
     threads: Arc<threads::Threads>,
     auto_thread: bool,
+    status: Arc<std::sync::Mutex<Result<(), String>>>,
+}
+
+impl Handler {
+    fn set_status(&self, status: Result<(), String>) {
+        set_status(&self.status, status);
+    }
+}
+
+fn set_status(cell: &std::sync::Mutex<Result<(), String>>, status: Result<(), String>) {
+    if let Ok(mut current) = cell.lock() {
+        *current = status;
+    }
 }
 
 #[serenity::async_trait]
@@ -220,7 +238,16 @@ impl EventHandler for Handler {
         let _ = self.queue.send(message);
     }
 
+    async fn shard_stage_update(&self, _ctx: Context, event: serenity::all::ShardStageUpdateEvent) {
+        use serenity::gateway::ConnectionStage;
+        match event.new {
+            ConnectionStage::Connected => self.set_status(Ok(())),
+            stage => self.set_status(Err(format!("gateway connection: {stage}"))),
+        }
+    }
+
     async fn ready(&self, _ctx: Context, ready: Ready) {
+        self.set_status(Ok(()));
         let _ = self.application.set(ready.application.id.get().to_string());
         self.ready.notify_waiters();
         tracing::info!(bot = %ready.user.name, guilds = ready.guilds.len(), "discord connected");
@@ -335,6 +362,13 @@ impl Platform for DiscordPlatform {
         }
     }
 
+    fn ready(&self) -> Result<(), String> {
+        self.status
+            .lock()
+            .map_err(|_| "status unknown".to_owned())?
+            .clone()
+    }
+
     async fn run(&self, arrivals: mpsc::Sender<Arrival>, stop: CancellationToken) {
         let (queue, queued) = mpsc::unbounded_channel();
         let handler = Handler {
@@ -346,6 +380,7 @@ impl Platform for DiscordPlatform {
             rest: self.rest.clone(),
             threads: self.threads.clone(),
             auto_thread: self.settings.auto_thread,
+            status: self.status.clone(),
         };
         let sequencer = tokio::spawn(sequence(queued, arrivals, stop.clone()));
         self.run_gateway(handler, &stop).await;

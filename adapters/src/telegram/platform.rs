@@ -53,6 +53,8 @@ pub struct TelegramPlatform {
     gatherer: Arc<Gatherer>,
     /// Webhook mode: where [`Self::receive`] hands messages over, once [`Platform::run`] began.
     arrivals: OnceLock<mpsc::Sender<Arrival>>,
+    /// How the last `getUpdates` went (`Ok` in webhook mode once registered).
+    status: std::sync::Mutex<Result<(), String>>,
 }
 
 /// Why the adapter could not start.
@@ -111,6 +113,7 @@ impl TelegramPlatform {
             max_file_bytes,
             gatherer: Arc::default(),
             arrivals: OnceLock::new(),
+            status: std::sync::Mutex::new(Ok(())),
         })
     }
 
@@ -136,11 +139,25 @@ impl TelegramPlatform {
         let mut offset: i32 = 0;
         let mut backoff = Duration::from_secs(1);
         loop {
-            let call = self.bot.get_updates().offset(offset).timeout(POLL_TIMEOUT);
+            // After a failure a short poll first, so recovery shows (in `/readyz`) at once
+            // rather than when a long poll ends.
+            let failing = self.ready().is_err();
+            let timeout = if failing { 0 } else { POLL_TIMEOUT };
+            let call = self.bot.get_updates().offset(offset).timeout(timeout);
             let result = tokio::select! {
                 () = stop.cancelled() => return,
                 result = call.send() => result,
             };
+            let status = match &result {
+                Ok(_) => Ok(()),
+                Err(RequestError::Api(ApiError::TerminatedByOtherGetUpdates)) => {
+                    Err("another process is polling this bot token (409 Conflict)".to_owned())
+                }
+                Err(error) => Err(format!("getUpdates failed: {error}")),
+            };
+            if let Ok(mut last) = self.status.lock() {
+                *last = status;
+            }
             let wait = match result {
                 Ok(mut updates) => {
                     backoff = Duration::from_secs(1);
@@ -252,6 +269,13 @@ impl Platform for TelegramPlatform {
             threads: true,
             typing_lasts: Duration::from_secs(5),
         }
+    }
+
+    fn ready(&self) -> Result<(), String> {
+        self.status
+            .lock()
+            .map_err(|_| "status unknown".to_owned())?
+            .clone()
     }
 
     async fn run(&self, arrivals: mpsc::Sender<Arrival>, stop: CancellationToken) {

@@ -78,21 +78,36 @@ impl Access {
     }
 }
 
-/// Starts `platform`: its intake, the runner that stores what arrives, and the deliverer.
-/// Files users send are saved under `home`.
-pub fn start(
-    platform: Arc<dyn Platform>,
-    access: Access,
-    home: &std::path::Path,
-    gateway: Arc<Gateway>,
-    store: Arc<dyn SessionStore>,
-    stop: CancellationToken,
-) {
+/// What every platform runs with: the data directory (files users send go under it), the
+/// conversation runtime, the store, the readiness checks, and the stop signal.
+#[derive(Clone)]
+pub struct Runtime {
+    pub home: std::path::PathBuf,
+    pub gateway: Arc<Gateway>,
+    pub store: Arc<dyn SessionStore>,
+    pub readiness: crate::readiness::Readiness,
+    pub stop: CancellationToken,
+}
+
+/// Starts `platform`: its intake, the runner that stores what arrives, and the deliverer; its
+/// connection becomes one of `/readyz`'s checks.
+pub fn start(platform: Arc<dyn Platform>, access: Access, runtime: &Runtime) {
+    let Runtime {
+        home,
+        gateway,
+        store,
+        readiness,
+        stop,
+    } = runtime.clone();
     let caps = platform.capabilities();
+    readiness.add(caps.name, {
+        let platform = platform.clone();
+        Arc::new(move || platform.ready())
+    });
     let (deliveries, queue) = mpsc::unbounded_channel();
     let runner = Arc::new(Runner {
         caps,
-        files: Files::new(home, caps.name),
+        files: Files::new(&home, caps.name),
         platform: platform.clone(),
         access,
         gateway,

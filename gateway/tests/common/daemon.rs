@@ -72,10 +72,11 @@ token_env = "UNSET_TOKEN"
             .expect("store"),
     );
     let stop = CancellationToken::new();
-    let mounted = gateway::daemon::start(&loaded, store.clone(), stop.clone())
+    let readiness = gateway::readiness::Readiness::default();
+    let mounted = gateway::daemon::start(&loaded, store.clone(), &readiness, stop.clone())
         .await
         .expect("start");
-    let app = gateway::server::router(gateway::server::AppState { store }, mounted);
+    let app = gateway::server::router(gateway::server::AppState { store, readiness }, mounted);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
