@@ -211,7 +211,7 @@ async fn serve(mut loaded: Loaded, args: ServeArgs) -> Result<()> {
     let shutdown = CancellationToken::new();
     tokio::spawn(crate::server::cancel_on_signal(shutdown.clone()));
     let readiness = crate::readiness::Readiness::default();
-    let mounted =
+    let started =
         crate::daemon::start(&loaded, store.clone(), &readiness, shutdown.clone()).await?;
     if let Some(token) = first_run {
         let addr = listener.local_addr().context("listener has no address")?;
@@ -222,7 +222,9 @@ async fn serve(mut loaded: Loaded, args: ServeArgs) -> Result<()> {
         ));
     }
     let state = crate::server::AppState { store, readiness };
-    let served = crate::server::run(state, mounted, listener, shutdown).await;
+    let served = crate::server::run(state, started.routes, listener, shutdown).await;
+    // The HTTP server has stopped; the drain (running turns, their replies) finishes first.
+    let _ = started.drained.await;
     if let Some(local) = local {
         local.stop().await;
     }

@@ -19,13 +19,29 @@ use crate::webhook::callback::Deliverer;
 use crate::webhook::limit::RateLimiter;
 use crate::webhook::{self, WebhookState};
 
-/// Starts the runtime and returns the routes to serve.
+/// How long, after the running turns, the replies they wrote may take to go out on shutdown.
+const DELIVERY_GRACE: Duration = Duration::from_secs(5);
+
+/// What [`start`] started.
+pub struct Started {
+    /// The routes to serve beside health and metrics.
+    pub routes: Router,
+    /// Resolves once a shutdown has drained: intake stopped, running turns finished (or the
+    /// grace period passed), their replies sent, every task told to stop.
+    pub drained: tokio::sync::oneshot::Receiver<()>,
+}
+
+/// Starts the runtime. When `intake` is cancelled (SIGTERM), intake stops, running turns get
+/// `server.shutdown_grace_secs` to finish and their replies a moment to go out; then
+/// everything stops and `drained` resolves. Whatever did not finish is resumed on the next
+/// start.
 pub async fn start(
     loaded: &Loaded,
     store: Arc<dyn SessionStore>,
     readiness: &crate::readiness::Readiness,
-    stop: CancellationToken,
-) -> Result<Router> {
+    intake: CancellationToken,
+) -> Result<Started> {
+    let stop = CancellationToken::new();
     let config = &loaded.config;
     let redactor = Arc::new(Redactor::with_secrets(loaded.secret_values()));
     let built = crate::agent::build(loaded, store.clone(), redactor).await?;
@@ -64,6 +80,7 @@ pub async fn start(
         gateway: gateway.clone(),
         store: store.clone(),
         readiness: readiness.clone(),
+        intake: intake.clone(),
         stop: stop.clone(),
     };
     if config.webhook.enabled {
@@ -150,5 +167,49 @@ pub async fn start(
             model: config.llm.model.clone(),
         })));
     }
-    Ok(mounted)
+    let (done, drained) = tokio::sync::oneshot::channel();
+    let grace = Duration::from_secs(config.server.shutdown_grace_secs);
+    tokio::spawn(drain(gateway, store, grace, intake, stop, done));
+    Ok(Started {
+        routes: mounted,
+        drained,
+    })
+}
+
+/// The shutdown sequence, once `intake` is cancelled.
+async fn drain(
+    gateway: Arc<Gateway>,
+    store: Arc<dyn SessionStore>,
+    grace: Duration,
+    intake: CancellationToken,
+    stop: CancellationToken,
+    done: tokio::sync::oneshot::Sender<()>,
+) {
+    intake.cancelled().await;
+    tracing::info!(
+        grace_secs = grace.as_secs(),
+        running_turns = gateway.active_turns(),
+        "draining: intake stopped, waiting for running turns"
+    );
+    let drained = gateway.drain(grace).await;
+    if drained.unfinished_turns > 0 {
+        tracing::warn!(
+            unfinished_turns = drained.unfinished_turns,
+            "the grace period ended with turns running; they resume on the next start"
+        );
+    }
+    let deadline = tokio::time::Instant::now() + DELIVERY_GRACE;
+    while tokio::time::Instant::now() < deadline {
+        match store.outbox_pending().await {
+            Ok(rows) if rows.is_empty() => break,
+            Ok(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(error) => {
+                tracing::warn!(%error, "outbox unreadable while draining");
+                break;
+            }
+        }
+    }
+    stop.cancel();
+    tracing::info!("drained");
+    let _ = done.send(());
 }

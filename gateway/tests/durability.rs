@@ -112,10 +112,25 @@ async fn a_sigkill_mid_turn_loses_nothing_and_answers_once() {
         "one interrupted call, one resumed"
     );
 
+    let turns = transcript(&second, "crash").await;
+    assert_eq!(
+        turns,
+        [
+            ("user".to_owned(), "please remember this".to_owned()),
+            (
+                "assistant".to_owned(),
+                "answer after the restart".to_owned()
+            )
+        ]
+    );
+}
+
+/// The conversation's messages as (role, content), through the webhook's messages endpoint.
+async fn transcript(iris: &Iris, conversation: &str) -> Vec<(String, String)> {
     let listed: Value = reqwest::Client::new()
         .get(format!(
-            "{}/hooks/durable/conversations/crash/messages",
-            second.base
+            "{}/hooks/durable/conversations/{conversation}/messages",
+            iris.base
         ))
         .bearer_auth(TOKEN)
         .send()
@@ -124,7 +139,7 @@ async fn a_sigkill_mid_turn_loses_nothing_and_answers_once() {
         .json()
         .await
         .expect("json");
-    let turns: Vec<(String, String)> = listed["messages"]
+    listed["messages"]
         .as_array()
         .map(|m| {
             m.iter()
@@ -136,15 +151,77 @@ async fn a_sigkill_mid_turn_loses_nothing_and_answers_once() {
                 })
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_the_running_turn_finish_and_leaves_the_queue_for_the_restart() {
+    let fake = FakeOpenAi::start([
+        Reply::text("first answer").delay(Duration::from_millis(1_500)),
+        Reply::text("second answer"),
+    ])
+    .await
+    .expect("fake");
+    let home = tempfile::tempdir().expect("dir");
+    std::fs::write(
+        home.path().join("iris.toml"),
+        format!(
+            "[llm]\nbase_url = \"{}\"\nmodel = \"main\"\n\n[compression]\nmemory_flush = false\n\n[webhook.routes.durable]\ntoken_env = \"HOOK_TOKEN\"\n",
+            fake.base_url
+        ),
+    )
+    .expect("config");
+    let mut first = start(home.path(), &[("HOOK_TOKEN", TOKEN)]).await;
+    let say = |text: &str, id: &str| json!({"conversation": "drain", "user": "bob", "text": text, "message_id": id, "wait": false});
+    assert_eq!(post(&first, &say("one", "d-1")).await.0, 202);
+    for _ in 0..200 {
+        if !fake.requests().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(fake.requests().len(), 1, "the first turn is running");
+    assert_eq!(post(&first, &say("two", "d-2")).await.0, 202, "queued");
+
+    let pid = first.child.id().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let mut exited = None;
+    for _ in 0..300 {
+        if let Some(status) = first.child.try_wait().expect("wait") {
+            exited = Some(status);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let exited = exited.expect("iris exits after SIGTERM");
+    assert!(exited.success(), "exit 0, not {exited:?}");
+    let log = binary::log(home.path());
+    assert!(log.contains("draining") && log.contains("drained"), "{log}");
+    assert_eq!(fake.requests().len(), 1, "the queued message did not start");
+
+    let second = start(home.path(), &[("HOOK_TOKEN", TOKEN)]).await;
+    let mut turns = Vec::new();
+    for _ in 0..200 {
+        turns = transcript(&second, "drain").await;
+        if turns.len() >= 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let expected = [
+        ("user", "one"),
+        ("assistant", "first answer"),
+        ("user", "two"),
+        ("assistant", "second answer"),
+    ]
+    .map(|(r, c)| (r.to_owned(), c.to_owned()));
     assert_eq!(
-        turns,
-        [
-            ("user".to_owned(), "please remember this".to_owned()),
-            (
-                "assistant".to_owned(),
-                "answer after the restart".to_owned()
-            )
-        ]
+        turns, expected,
+        "the first finished before the exit, the second after the restart"
     );
+    assert_eq!(fake.requests().len(), 2, "nothing ran twice");
 }

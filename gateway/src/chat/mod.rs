@@ -79,13 +79,15 @@ impl Access {
 }
 
 /// What every platform runs with: the data directory (files users send go under it), the
-/// conversation runtime, the store, the readiness checks, and the stop signal.
+/// conversation runtime, the store, the readiness checks, and two signals: `intake` stops
+/// taking messages (shutdown begins), `stop` ends everything (after the drain).
 #[derive(Clone)]
 pub struct Runtime {
     pub home: std::path::PathBuf,
     pub gateway: Arc<Gateway>,
     pub store: Arc<dyn SessionStore>,
     pub readiness: crate::readiness::Readiness,
+    pub intake: CancellationToken,
     pub stop: CancellationToken,
 }
 
@@ -97,6 +99,7 @@ pub fn start(platform: Arc<dyn Platform>, access: Access, runtime: &Runtime) {
         gateway,
         store,
         readiness,
+        intake,
         stop,
     } = runtime.clone();
     let caps = platform.capabilities();
@@ -124,10 +127,7 @@ pub fn start(platform: Arc<dyn Platform>, access: Access, runtime: &Runtime) {
             }
         }
     });
-    tokio::spawn({
-        let stop = stop.clone();
-        async move { platform.run(arrivals, stop).await }
-    });
+    tokio::spawn(async move { platform.run(arrivals, intake).await });
     tokio::spawn(runner.clone().take(arrived, stop.clone()));
     tokio::spawn(runner.clone().deliver(queue, stop.clone()));
     tokio::spawn(runner.relay_notices(stop));

@@ -69,6 +69,9 @@ pub struct ServerConfig {
     pub bind: String,
     /// Names the variable holding the admin API token; without it the admin API is closed.
     pub admin_token_env: String,
+    /// On SIGTERM, how long running turns may take to finish before the process exits (what
+    /// is left is resumed on the next start).
+    pub shutdown_grace_secs: u64,
 }
 
 impl Default for ServerConfig {
@@ -76,6 +79,7 @@ impl Default for ServerConfig {
         Self {
             bind: "127.0.0.1:8787".into(),
             admin_token_env: "IRIS_ADMIN_TOKEN".into(),
+            shutdown_grace_secs: 30,
         }
     }
 }

@@ -71,6 +71,10 @@ pub(super) struct Deps {
     pub busy_mode: BusyMode,
     pub queue_cap: usize,
     pub notices: broadcast::Sender<Notice>,
+    /// Set on shutdown: no new job starts (queued ones stay in the inbox for the next start).
+    pub draining: std::sync::atomic::AtomicBool,
+    /// Turns running now.
+    pub active: AtomicUsize,
 }
 
 pub(super) struct Actor {
@@ -101,6 +105,15 @@ struct Arrivals {
     after: Vec<Job>,
 }
 
+/// Counts a turn as running while it lives.
+struct Running<'a>(&'a AtomicUsize);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 impl Actor {
     /// Runs until evicted (idle) or the router is gone.
     pub async fn run(self, mut mailbox: mpsc::Receiver<Job>) {
@@ -122,6 +135,12 @@ impl Actor {
                     }
                 },
             };
+            if self.deps.draining.load(Ordering::SeqCst) {
+                // Shutting down: the job's inbox row stays unfinished and runs on the next
+                // start; whoever waits for it is told it was accepted.
+                tracing::debug!(conversation = %self.key, inbox = job.inbox.id, "left for the next start (shutting down)");
+                continue;
+            }
             if let Err(error) = self
                 .handle(&mut live, job, &mut mailbox, &mut waiting, &mut last_ack)
                 .await
@@ -216,6 +235,8 @@ impl Actor {
         last_ack: &mut Option<Instant>,
     ) -> Result<(), StoreError> {
         let cancel = CancellationToken::new();
+        self.deps.active.fetch_add(1, Ordering::SeqCst);
+        let _running = Running(&self.deps.active);
         let steering = conversation.state.steering.clone();
         let mode = conversation.mode;
         let session_at_start = conversation.state.session_id.clone();

@@ -112,6 +112,14 @@ pub struct Gateway {
     store: Arc<dyn SessionStore>,
     router: Router,
     notices: broadcast::Sender<Notice>,
+    deps: Arc<actor::Deps>,
+}
+
+/// What a drain left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drained {
+    /// Turns still running when the grace period ended (resumed on the next start).
+    pub unfinished_turns: usize,
 }
 
 impl Gateway {
@@ -124,11 +132,14 @@ impl Gateway {
             busy_mode: config.busy_mode,
             queue_cap: config.queue_cap,
             notices: notices.clone(),
+            draining: std::sync::atomic::AtomicBool::new(false),
+            active: std::sync::atomic::AtomicUsize::new(0),
         });
         Self {
             store,
-            router: Router::new(deps, config.queue_cap),
+            router: Router::new(deps.clone(), config.queue_cap),
             notices,
+            deps,
         }
     }
 
@@ -226,6 +237,26 @@ impl Gateway {
     /// Side messages for platforms (the "queued" acknowledgement), from now on.
     pub fn notices(&self) -> broadcast::Receiver<Notice> {
         self.notices.subscribe()
+    }
+
+    /// Stops starting new turns and waits up to `grace` for the running ones to finish.
+    /// Queued messages stay unfinished in the inbox and run on the next start.
+    pub async fn drain(&self, grace: Duration) -> Drained {
+        use std::sync::atomic::Ordering;
+        self.deps.draining.store(true, Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + grace;
+        while self.deps.active.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        Drained {
+            unfinished_turns: self.deps.active.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Turns running now.
+    pub fn active_turns(&self) -> usize {
+        self.deps.active.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Conversations with an actor in memory.

@@ -75,7 +75,8 @@ token_env = "UNSET_TOKEN"
     let readiness = gateway::readiness::Readiness::default();
     let mounted = gateway::daemon::start(&loaded, store.clone(), &readiness, stop.clone())
         .await
-        .expect("start");
+        .expect("start")
+        .routes;
     let app = gateway::server::router(gateway::server::AppState { store, readiness }, mounted);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
