@@ -122,6 +122,7 @@ impl Turn<'_> {
             .providers
             .get(provider)
             .map_or(0.0, |p| p.spec().prices.cost(&u));
+        self.cost_usd += cost;
         let to_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         self.agent
             .store

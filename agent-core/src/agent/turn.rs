@@ -323,6 +323,8 @@ pub struct TurnOutcome {
     pub compressions: u32,
     /// Tokens of every call this turn made, summed (what it cost, not the context size).
     pub usage: crate::llm::Usage,
+    /// The estimated cost of those calls, US dollars (each at its provider's prices).
+    pub cost_usd: f64,
 }
 
 /// Why a turn ended without an answer. Everything produced until then is stored.
@@ -351,6 +353,8 @@ pub(super) struct Turn<'a> {
     pub compressions: u32,
     /// Every call's usage, summed.
     pub usage: crate::llm::Usage,
+    /// Their estimated cost, summed.
+    pub cost_usd: f64,
     /// The provider the turn's calls start from: the one that last answered, so a main model
     /// that failed over (bad key, gone) is not asked again on every iteration.
     pub provider: usize,
@@ -456,6 +460,7 @@ impl Agent {
             api_calls: 0,
             compressions: 0,
             usage: crate::llm::Usage::default(),
+            cost_usd: 0.0,
             provider: 0,
             on_event,
             cancel,
@@ -549,6 +554,7 @@ impl Turn<'_> {
                     context_estimated: self.state.context.estimated,
                     compressions: self.compressions,
                     usage: self.usage,
+                    cost_usd: self.cost_usd,
                 });
             }
             if !response.content.trim().is_empty() {

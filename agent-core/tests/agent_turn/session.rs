@@ -127,7 +127,8 @@ async fn cost_is_estimated_at_the_prices_of_the_provider_that_answered() {
         90,
     )
     .await;
-    s.agent
+    let outcome = s
+        .agent
         .run_turn(&mut s.state, USER, &|_| {}, &CancellationToken::new())
         .await
         .expect("turn");
@@ -140,6 +141,10 @@ async fn cost_is_estimated_at_the_prices_of_the_provider_that_answered() {
         .expect("exists");
     // (2,000 + 3,000) × $2/M + (100 + 50) × $10/M; the failed main call costs nothing.
     let expected = 5_000.0 * 2.0 / 1e6 + 150.0 * 10.0 / 1e6;
+    assert!(
+        (outcome.cost_usd - expected).abs() < 1e-12,
+        "the turn reports its cost"
+    );
     assert!(
         (row.usage.estimated_cost_usd - expected).abs() < 1e-12,
         "{} != {expected}",

@@ -81,6 +81,13 @@ impl Runner {
         };
         self.store.outbox_mark_delivered(delivery.id, &ids).await?;
         metrics.delivery(self.caps.name, "delivered");
+        tracing::info!(
+            platform = self.caps.name,
+            outbox = delivery.id,
+            attempt = attempts,
+            parts = ids.len(),
+            "reply delivered"
+        );
         Ok(())
     }
 

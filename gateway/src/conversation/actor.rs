@@ -302,6 +302,9 @@ impl Actor {
                     parent: &span,
                     duration_ms = started.elapsed().as_millis() as u64,
                     model_calls = outcome.api_calls,
+                    tokens_in = outcome.usage.prompt_tokens,
+                    tokens_out = outcome.usage.completion_tokens,
+                    cost_usd = outcome.cost_usd,
                     context_tokens = outcome.context_tokens,
                     compressions = outcome.compressions,
                     "turn finished"
