@@ -167,6 +167,14 @@ pub async fn start(
             model: config.llm.model.clone(),
         })));
     }
+    let admin_token = loaded.secret(&config.server.admin_token_env);
+    if admin_token.is_none() {
+        tracing::info!(variable = %config.server.admin_token_env, "the admin API is closed (no token in the environment)");
+    }
+    mounted = mounted.merge(crate::admin::router(Arc::new(crate::admin::AdminState {
+        store: store.clone(),
+        token: admin_token,
+    })));
     let (done, drained) = tokio::sync::oneshot::channel();
     let grace = Duration::from_secs(config.server.shutdown_grace_secs);
     tokio::spawn(drain(gateway, store, grace, intake, stop, done));

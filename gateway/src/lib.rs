@@ -5,6 +5,7 @@
 //! here on `127.0.0.1:0`.
 //!
 //! # Layout
+//! - [`admin`]: the admin API (sessions, lineage, search, export) behind the admin token.
 //! - [`api`]: the OpenAI-compatible API.
 //! - [`agent`]: the agent (providers, tools, prompt, compression) from configuration.
 //! - [`chat`]: chat platforms at run time: access, pairing, files, typing, delivery.
@@ -25,6 +26,7 @@
 //! - [`doctor`]: `iris doctor`'s checks.
 //! - [`sessions`]: `iris sessions list|show|search`.
 
+pub mod admin;
 pub mod agent;
 pub mod api;
 pub mod chat;

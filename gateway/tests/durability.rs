@@ -54,15 +54,11 @@ async fn a_sigkill_mid_turn_loses_nothing_and_answers_once() {
         let _ = axum::serve(listener, app).await;
     });
 
-    let home = tempfile::tempdir().expect("dir");
-    std::fs::write(
-        home.path().join("iris.toml"),
-        format!(
-            "[llm]\nbase_url = \"{}\"\nmodel = \"main\"\n\n[compression]\nmemory_flush = false\n\n[webhook.routes.durable]\ntoken_env = \"HOOK_TOKEN\"\n",
-            fake.base_url
-        ),
-    )
-    .expect("config");
+    let home = binary::home_with(&binary::webhook_config(
+        &fake.base_url,
+        "durable",
+        "\n[compression]\nmemory_flush = false",
+    ));
     let message = json!({
         "conversation": "crash", "user": "alice", "text": "please remember this",
         "message_id": "k-1", "wait": false, "callback_url": callback,
@@ -162,15 +158,11 @@ async fn sigterm_lets_the_running_turn_finish_and_leaves_the_queue_for_the_resta
     ])
     .await
     .expect("fake");
-    let home = tempfile::tempdir().expect("dir");
-    std::fs::write(
-        home.path().join("iris.toml"),
-        format!(
-            "[llm]\nbase_url = \"{}\"\nmodel = \"main\"\n\n[compression]\nmemory_flush = false\n\n[webhook.routes.durable]\ntoken_env = \"HOOK_TOKEN\"\n",
-            fake.base_url
-        ),
-    )
-    .expect("config");
+    let home = binary::home_with(&binary::webhook_config(
+        &fake.base_url,
+        "durable",
+        "\n[compression]\nmemory_flush = false",
+    ));
     let mut first = start(home.path(), &[("HOOK_TOKEN", TOKEN)]).await;
     let say = |text: &str, id: &str| json!({"conversation": "drain", "user": "bob", "text": text, "message_id": id, "wait": false});
     assert_eq!(post(&first, &say("one", "d-1")).await.0, 202);

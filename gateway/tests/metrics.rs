@@ -19,15 +19,11 @@ async fn metrics_count_turns_calls_tokens_and_failures_without_ids() {
     ])
     .await
     .expect("model");
-    let home = tempfile::tempdir().expect("dir");
-    std::fs::write(
-        home.path().join("iris.toml"),
-        format!(
-            "[llm]\nbase_url = \"{}\"\nmodel = \"main\"\ninput_price_per_mtok = 1.0\noutput_price_per_mtok = 2.0\n\n[webhook.routes.ops]\ntoken_env = \"HOOK_TOKEN\"\n",
-            fake.base_url
-        ),
-    )
-    .expect("config");
+    let home = binary::home_with(&binary::webhook_config(
+        &fake.base_url,
+        "ops",
+        "input_price_per_mtok = 1.0\noutput_price_per_mtok = 2.0",
+    ));
     let iris = binary::start(home.path(), &[("HOOK_TOKEN", TOKEN)]).await;
     let client = reqwest::Client::new();
     for (conversation, text) in [

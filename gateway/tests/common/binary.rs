@@ -24,6 +24,21 @@ fn free_port() -> u16 {
         .expect("free port")
 }
 
+/// A fresh `$IRIS_HOME` whose `iris.toml` is `config`.
+pub fn home_with(config: &str) -> tempfile::TempDir {
+    let home = tempfile::tempdir().expect("home");
+    std::fs::write(home.path().join("iris.toml"), config).expect("config");
+    home
+}
+
+/// The config of a daemon on `model_url` with webhook route `route`, its token in
+/// `$HOOK_TOKEN`, and `extra` appended.
+pub fn webhook_config(model_url: &str, route: &str, extra: &str) -> String {
+    format!(
+        "[llm]\nbase_url = \"{model_url}\"\nmodel = \"main\"\n{extra}\n\n[webhook.routes.{route}]\ntoken_env = \"HOOK_TOKEN\"\n"
+    )
+}
+
 /// Starts `iris serve` with `$IRIS_HOME = home` (its `iris.toml` is the test's) and `env`.
 pub async fn start(home: &Path, env: &[(&str, &str)]) -> Iris {
     let port = free_port();
