@@ -113,3 +113,61 @@ fn the_systemd_unit_is_hardened_and_runs_a_valid_command() {
         );
     }
 }
+
+#[test]
+fn the_kubernetes_example_probes_health_and_readiness_and_runs_a_valid_command() {
+    use serde::Deserialize;
+    let text = read("deploy/kubernetes.yaml");
+    let documents: Vec<serde_norway::Value> = serde_norway::Deserializer::from_str(&text)
+        .map(serde_norway::Value::deserialize)
+        .collect::<Result<_, _>>()
+        .expect("valid YAML documents");
+    let kind = |k: &str| {
+        documents
+            .iter()
+            .find(|d| d["kind"].as_str() == Some(k))
+            .unwrap_or_else(|| panic!("no {k}"))
+    };
+    let deployment = kind("Deployment");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(
+        container["livenessProbe"]["httpGet"]["path"].as_str(),
+        Some("/healthz")
+    );
+    assert_eq!(
+        container["readinessProbe"]["httpGet"]["path"].as_str(),
+        Some("/readyz")
+    );
+    assert_eq!(pod["securityContext"]["runAsNonRoot"].as_bool(), Some(true));
+    let secret = kind("Secret")["metadata"]["name"]
+        .as_str()
+        .expect("secret name");
+    assert_eq!(
+        container["envFrom"][0]["secretRef"]["name"].as_str(),
+        Some(secret),
+        "secrets come from the Secret"
+    );
+    let service = kind("Service");
+    assert_eq!(
+        service["spec"]["selector"]["app"],
+        deployment["spec"]["selector"]["matchLabels"]["app"]
+    );
+    let claim = kind("PersistentVolumeClaim")["metadata"]["name"].as_str();
+    assert_eq!(
+        pod["volumes"][0]["persistentVolumeClaim"]["claimName"].as_str(),
+        claim
+    );
+    let args: Vec<String> = container["args"]
+        .as_sequence()
+        .expect("args")
+        .iter()
+        .filter_map(|a| a.as_str().map(str::to_owned))
+        .collect();
+    let argv = std::iter::once("iris".to_owned()).chain(args);
+    Cli::try_parse_from(argv).expect("the container's command is one iris accepts");
+    assert!(
+        pod["terminationGracePeriodSeconds"].as_u64() > Some(30),
+        "longer than the drain's grace period"
+    );
+}
