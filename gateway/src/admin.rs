@@ -6,6 +6,8 @@
 //! - `GET /admin/sessions/{id}`: a session with its lineage (root first) and messages.
 //! - `GET /admin/sessions/{id}/export?format=json|markdown`: the same as a download.
 //! - `GET /admin/search?q=&source=&role=&limit=`: full-text search over every session.
+//! - `GET /admin/logs?level=&source=&conversation=&session=`: the live log (see
+//!   [`crate::logs`]).
 //!
 //! Errors are `{"error": {"code", "message"}}` with 400, 401 or 404.
 
@@ -34,11 +36,12 @@ pub fn router(state: Arc<AdminState>) -> axum::Router {
         .route("/admin/sessions/{id}", get(show))
         .route("/admin/sessions/{id}/export", get(export))
         .route("/admin/search", get(search))
+        .route("/admin/logs", get(crate::logs::follow))
         .with_state(state)
 }
 
 /// An error answer: `{"error": {"code", "message"}}` with its status.
-struct Refusal {
+pub struct Refusal {
     status: StatusCode,
     code: &'static str,
     message: String,
@@ -60,7 +63,7 @@ fn error(status: StatusCode, code: &'static str, message: impl Into<String>) -> 
 }
 
 /// `Ok` when the request carries the admin token.
-fn authorise(state: &AdminState, headers: &HeaderMap) -> Result<(), Refusal> {
+pub fn authorise(state: &AdminState, headers: &HeaderMap) -> Result<(), Refusal> {
     use subtle::ConstantTimeEq;
     let Some(token) = &state.token else {
         return Err(error(

@@ -40,6 +40,34 @@ pub enum Command {
     /// Approve users who asked for access with a pairing code.
     #[command(subcommand)]
     Pairing(PairingCommand),
+    /// Stream a running daemon's log (through its admin API; the token from
+    /// $IRIS_ADMIN_TOKEN, or the variable server.admin_token_env names).
+    Logs(LogsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// Keep streaming (reconnecting when the daemon restarts); the only mode so far.
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// The daemon's URL; default http://<server.bind>.
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Lowest level shown: trace, debug, info, warn, error (down to the daemon's log.level).
+    #[arg(long)]
+    pub level: Option<String>,
+    /// Only this source (telegram, discord, webhook, api).
+    #[arg(long)]
+    pub source: Option<String>,
+    /// Only this conversation key.
+    #[arg(long)]
+    pub conversation: Option<String>,
+    /// Only this session id.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Print the JSON lines as they come.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -143,6 +171,26 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Pairing(command) => {
             let _guard = crate::logging::init(&quiet(&loaded), &loaded.home, redactor.clone())?;
             crate::pairing::run(&loaded, command).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Logs(args) => {
+            if !args.follow {
+                anyhow::bail!(
+                    "iris logs streams a running daemon's log: add --follow (the log files are in $IRIS_HOME/logs with log.file = true)"
+                );
+            }
+            let url = args
+                .url
+                .clone()
+                .unwrap_or_else(|| format!("http://{}", loaded.config.server.bind));
+            let token = loaded.secret(&loaded.config.server.admin_token_env);
+            let filter = crate::logs::LogFilter {
+                level: args.level,
+                source: args.source,
+                conversation: args.conversation,
+                session: args.session,
+            };
+            crate::logs::run(&url, token.as_deref(), &filter, args.json).await?;
             Ok(ExitCode::SUCCESS)
         }
     }

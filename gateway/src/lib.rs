@@ -17,6 +17,7 @@
 //! - [`config`]: configuration loading (defaults < file < environment), strict.
 //! - [`local_model`]: the tiny local model a first run without a key talks to.
 //! - [`logging`]: `tracing` set-up with redaction at the sink.
+//! - [`logs`]: `GET /admin/logs` and `iris logs --follow`.
 //! - [`metrics`]: the Prometheus registry behind `GET /metrics`.
 //! - [`server`]: the HTTP server (`/healthz`, `/readyz`) and its graceful shutdown.
 //! - [`readiness`]: the platforms' checks behind `/readyz`.
@@ -38,6 +39,7 @@ pub mod discord;
 pub mod doctor;
 pub mod local_model;
 pub mod logging;
+pub mod logs;
 pub mod metrics;
 pub mod pairing;
 pub mod providers;

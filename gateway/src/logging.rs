@@ -1,5 +1,6 @@
-//! Logging: `tracing` to stderr (pretty or JSON) and optionally to rotating files, with every
-//! line passed through the [`Redactor`] at the sink.
+//! Logging: `tracing` to stderr (pretty or JSON), optionally to rotating files, and to the live
+//! [`stream`] `iris logs --follow` reads — with every line passed through the [`Redactor`] at
+//! each sink.
 //!
 //! Redaction sits in the writer, not in the code that logs, so no field, span, error message or
 //! third-party crate's log line can carry a secret past it. The formatter hands the writer one
@@ -61,6 +62,54 @@ impl<'a, M: MakeWriter<'a>> MakeWriter<'a> for Redacting<M> {
     }
 }
 
+/// Capacity of the live log stream; a follower slower than this misses lines (and is told).
+const STREAM_CAPACITY: usize = 4096;
+
+/// The live log stream `iris logs --follow` reads (through `GET /admin/logs`): every event as a
+/// JSON line, redacted like every other sink. Formatting for it happens only while someone
+/// follows.
+pub fn stream() -> &'static tokio::sync::broadcast::Sender<Arc<str>> {
+    static STREAM: std::sync::OnceLock<tokio::sync::broadcast::Sender<Arc<str>>> =
+        std::sync::OnceLock::new();
+    STREAM.get_or_init(|| tokio::sync::broadcast::channel(STREAM_CAPACITY).0)
+}
+
+/// Writes events into [`stream`].
+#[derive(Clone, Copy)]
+struct StreamWriter;
+
+/// One event's bytes, sent as one line when the formatter is done with it.
+struct StreamLine(Vec<u8>);
+
+impl Write for StreamLine {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for StreamLine {
+    fn drop(&mut self) {
+        let line = String::from_utf8_lossy(&self.0);
+        let line = line.trim_end();
+        if !line.is_empty() {
+            let _ = stream().send(Arc::from(line));
+        }
+    }
+}
+
+impl<'a> MakeWriter<'a> for StreamWriter {
+    type Writer = StreamLine;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        StreamLine(Vec::new())
+    }
+}
+
 /// Keeps the file writer's background thread alive; drop it last.
 pub struct LogGuard(#[allow(dead_code)] Option<tracing_appender::non_blocking::WorkerGuard>);
 
@@ -92,12 +141,22 @@ pub fn init(config: &LogConfig, home: &Path, redactor: Redactor) -> Result<LogGu
             .build(&dir)
             .with_context(|| format!("cannot open log files in {}", dir.display()))?;
         let (writer, guard) = tracing_appender::non_blocking(appender);
-        (Some(Redacting::new(writer, redactor)), Some(guard))
+        (Some(Redacting::new(writer, redactor.clone())), Some(guard))
     } else {
         (None, None)
     };
 
-    let registry = tracing_subscriber::registry().with(filter);
+    // The live stream: JSON (followers filter on its fields), only while someone follows.
+    let streamed = {
+        use tracing_subscriber::Layer as _;
+        tracing_subscriber::fmt::layer()
+            .json()
+            .with_writer(Redacting::new(StreamWriter, redactor.clone()))
+            .with_filter(tracing_subscriber::filter::filter_fn(|_| {
+                stream().receiver_count() > 0
+            }))
+    };
+    let registry = tracing_subscriber::registry().with(filter).with(streamed);
     // Colour only for a person at a terminal: redirected logs (systemd, files, pipes) stay plain.
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
