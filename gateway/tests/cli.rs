@@ -70,9 +70,21 @@ fn bad_config_is_one_line_naming_key_and_file() {
     );
 }
 
-#[test]
-fn doctor_reports_each_check_and_migrate_fixes_the_store() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_reports_each_check_and_migrate_fixes_the_store() {
+    // Each doctor run asks the model once.
+    let model = testkit::openai::FakeOpenAi::start([
+        testkit::Reply::text("OK"),
+        testkit::Reply::text("OK"),
+    ])
+    .await
+    .expect("model");
     let home = tempfile::tempdir().expect("dir");
+    let iris = |home: &Path| {
+        let mut cmd = iris(home);
+        cmd.env("IRIS__LLM__BASE_URL", &model.base_url);
+        cmd
+    };
     let (code, out, _) = run(iris(home.path()).arg("doctor"));
     assert_eq!(code, 1, "an unmigrated store fails: {out}");
     assert!(
@@ -99,7 +111,78 @@ fn doctor_reports_each_check_and_migrate_fixes_the_store() {
     assert_eq!(code, 0, "{out}");
     assert_eq!(
         out.lines().filter(|l| l.starts_with("ok")).count(),
-        3,
+        4,
+        "config, data dir, store, model: {out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("ok") && l.contains("model") && l.contains("answered in")),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_checks_the_model_and_each_platform_token() {
+    let model = testkit::openai::FakeOpenAi::start([testkit::Reply::error(
+        401,
+        r#"{"error": {"message": "Incorrect API key provided"}}"#,
+    )])
+    .await
+    .expect("model");
+    let telegram = testkit::telegram::FakeTelegram::start("123:tg-token")
+        .await
+        .expect("telegram");
+    let discord = testkit::discord::FakeDiscord::start("dc-token")
+        .await
+        .expect("discord");
+    let home = tempfile::tempdir().expect("dir");
+    std::fs::write(
+        home.path().join("iris.toml"),
+        format!(
+            "[llm]\nbase_url = \"{}\"\n\n[telegram]\nenabled = true\napi_url = \"{}\"\n\n[discord]\nenabled = true\napi_url = \"{}\"\n",
+            model.base_url,
+            telegram.api_url(),
+            discord.api_url()
+        ),
+    )
+    .expect("config");
+    let (code, _, _) = run(iris(home.path()).arg("migrate"));
+    assert_eq!(code, 0);
+    let (code, out, _) = run(iris(home.path())
+        .arg("doctor")
+        .env("IRIS__LLM__BASE_URL", &model.base_url)
+        .env("TELEGRAM_BOT_TOKEN", "123:tg-token")
+        .env("DISCORD_BOT_TOKEN", "wrong-token"));
+    assert_eq!(code, 1, "{out}");
+    let line = |name: &str| {
+        out.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(name))
+            .unwrap_or_else(|| panic!("no {name} line in {out}"))
+            .to_owned()
+    };
+    let model_line = line("model");
+    assert!(
+        model_line.starts_with("FAIL") && model_line.contains("(auth)"),
+        "{out}"
+    );
+    assert!(line("telegram").starts_with("ok") && line("telegram").contains("@iris_test_bot"));
+    let discord_line = line("discord");
+    assert!(
+        discord_line.starts_with("FAIL") && discord_line.contains("401"),
+        "{out}"
+    );
+    assert!(
+        telegram.calls("deleteWebhook").is_empty(),
+        "the doctor changes nothing"
+    );
+
+    // A hosted model without a key is skipped, not failed.
+    let (_, out, _) = run(iris(home.path())
+        .arg("doctor")
+        .env("IRIS__LLM__BASE_URL", "https://api.openai.com/v1"));
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("skip") && l.contains("OPENAI_API_KEY")),
         "{out}"
     );
 }

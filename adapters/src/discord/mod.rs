@@ -6,7 +6,7 @@
 //! when it must; a message seen twice runs once because the inbox deduplicates on its id. If
 //! Discord refuses the message-content intent the log says how to enable it. serenity runs each
 //! event handler as its own task, so messages are put back in their (snowflake) order before
-//! they are handed over. Discord cannot be asked to send a message again, so a message that
+//! they are placed (threads) and handed over. Discord cannot be asked to send a message again, so a message that
 //! could not be stored is retried here a few times before it is logged as lost.
 //!
 //! With a configured base URL (a test's fake) serenity's REST client is pointed there with its
@@ -192,8 +192,6 @@ struct Handler {
     application: Arc<OnceLock<String>>,
     ready: Arc<tokio::sync::Notify>,
     rest: Arc<Rest>,
-    threads: Arc<threads::Threads>,
-    auto_thread: bool,
     status: Arc<std::sync::Mutex<Result<(), String>>>,
 }
 
@@ -212,10 +210,7 @@ fn set_status(cell: &std::sync::Mutex<Result<(), String>>, status: Result<(), St
 #[serenity::async_trait]
 impl EventHandler for Handler {
     async fn message(&self, _ctx: Context, message: Message) {
-        if let Some(mut inbound) = inbound::normalize(&message, self.bot_id, self.allow_bots) {
-            self.threads
-                .place(&self.rest, &mut inbound, self.auto_thread)
-                .await;
+        if let Some(inbound) = inbound::normalize(&message, self.bot_id, self.allow_bots) {
             let _ = self.queue.send(inbound);
         }
     }
@@ -288,9 +283,19 @@ fn slash_command(command: &CommandInteraction) -> InboundMessage {
 
 /// Hands messages over in snowflake order: what arrived within [`REORDER_WINDOW`] of the
 /// first is sorted, then stored one by one (retried when storing fails).
+/// What placing messages in threads needs.
+struct Places {
+    rest: Arc<Rest>,
+    threads: Arc<threads::Threads>,
+    auto_thread: bool,
+}
+
+/// Threads are placed here, in order, not in the concurrent handlers: whether the bot is in a
+/// thread depends on the messages before.
 async fn sequence(
     mut queue: mpsc::UnboundedReceiver<InboundMessage>,
     arrivals: mpsc::Sender<Arrival>,
+    places: Places,
     stop: CancellationToken,
 ) {
     loop {
@@ -304,7 +309,11 @@ async fn sequence(
             batch.push(more);
         }
         batch.sort_by_key(|m| m.id.parse::<u64>().unwrap_or(u64::MAX));
-        for message in batch {
+        for mut message in batch {
+            places
+                .threads
+                .place(&places.rest, &mut message, places.auto_thread)
+                .await;
             let id = message.id.clone();
             let mut attempt = 0;
             loop {
@@ -378,11 +387,14 @@ impl Platform for DiscordPlatform {
             application: self.application.clone(),
             ready: self.ready.clone(),
             rest: self.rest.clone(),
-            threads: self.threads.clone(),
-            auto_thread: self.settings.auto_thread,
             status: self.status.clone(),
         };
-        let sequencer = tokio::spawn(sequence(queued, arrivals, stop.clone()));
+        let places = Places {
+            rest: self.rest.clone(),
+            threads: self.threads.clone(),
+            auto_thread: self.settings.auto_thread,
+        };
+        let sequencer = tokio::spawn(sequence(queued, arrivals, places, stop.clone()));
         self.run_gateway(handler, &stop).await;
         sequencer.abort();
     }

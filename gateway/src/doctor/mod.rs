@@ -2,7 +2,11 @@
 //!
 //! Checks: the configuration parsed (it did, or we would not be here), the data directory is
 //! writable, the store is reachable, its migrations are current (looked at without applying
-//! them), and each enabled MCP server starts and lists its tools.
+//! them), each enabled MCP server starts and lists its tools, each model provider answers a
+//! one-token request and each enabled chat platform accepts its token (see [`remote`]). A check
+//! that cannot apply (a hosted model without a key) is shown as `skip` and fails nothing.
+
+mod remote;
 
 use agent_core::redact::Redactor;
 
@@ -28,14 +32,19 @@ pub async fn run(loaded: &Loaded, redactor: &Redactor) -> bool {
         store(loaded, redactor).await,
     ];
     checks.extend(mcp_servers(loaded).await);
+    checks.extend(remote::models(loaded).await);
+    checks.extend(remote::platforms(loaded).await);
     let mut all = true;
     for check in &checks {
         let (mark, detail) = match &check.result {
-            Ok(detail) => ("ok  ", detail),
-            Err(detail) => {
-                all = false;
-                ("FAIL", detail)
-            }
+            Ok(detail) => ("ok  ", detail.as_str()),
+            Err(detail) => match detail.strip_prefix("SKIP: ") {
+                Some(reason) => ("skip", reason),
+                None => {
+                    all = false;
+                    ("FAIL", detail.as_str())
+                }
+            },
         };
         println!("{mark} {:<10} {}", check.name, redactor.redact(detail));
     }
