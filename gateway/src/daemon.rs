@@ -80,6 +80,7 @@ pub async fn start(
         gateway: gateway.clone(),
         store: store.clone(),
         readiness: readiness.clone(),
+        access: crate::chat::AccessBook::default(),
         intake: intake.clone(),
         stop: stop.clone(),
     };
@@ -175,6 +176,12 @@ pub async fn start(
         store: store.clone(),
         token: admin_token,
     })));
+    tokio::spawn(crate::reload::on_sighup(
+        loaded.clone(),
+        gateway.clone(),
+        runtime.access.clone(),
+        stop.clone(),
+    ));
     let (done, drained) = tokio::sync::oneshot::channel();
     let grace = Duration::from_secs(config.server.shutdown_grace_secs);
     tokio::spawn(drain(gateway, store, grace, intake, stop, done));

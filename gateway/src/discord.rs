@@ -21,13 +21,17 @@ pub async fn start(config: &DiscordConfig, token: &str, runtime: &chat::Runtime)
         reply_as_file_over: usize::try_from(config.reply_as_file_over_chars).unwrap_or(usize::MAX),
     })
     .await?;
-    let access = Access {
+    chat::start(Arc::new(platform), access(config), runtime);
+    Ok(())
+}
+
+/// Who may talk to the bot, and where, from `[discord]` (also on a config reload).
+pub fn access(config: &DiscordConfig) -> Access {
+    Access {
         allowed_users: config.allowed_users.clone(),
         allowed_roles: config.allowed_roles.clone(),
         open_chats: config.free_response_channels.clone(),
         allowed_chats: config.allowed_channels.clone(),
         ignored_chats: config.ignored_channels.clone(),
-    };
-    chat::start(Arc::new(platform), access, runtime);
-    Ok(())
+    }
 }

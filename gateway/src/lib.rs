@@ -21,6 +21,7 @@
 //! - [`metrics`]: the Prometheus registry behind `GET /metrics`.
 //! - [`server`]: the HTTP server (`/healthz`, `/readyz`) and its graceful shutdown.
 //! - [`readiness`]: the platforms' checks behind `/readyz`.
+//! - [`reload`]: SIGHUP: what of the configuration changes live.
 //! - [`providers`]: model providers (main + fallbacks) from `[llm]`.
 //! - [`tools`]: the agent's tools (built-ins and MCP servers) from `[tools]` and `[mcp]`.
 //! - [`webhook`]: `POST /hooks/{route}`, its messages endpoint and callbacks.
@@ -44,6 +45,7 @@ pub mod metrics;
 pub mod pairing;
 pub mod providers;
 pub mod readiness;
+pub mod reload;
 pub mod server;
 pub mod sessions;
 pub mod telegram;

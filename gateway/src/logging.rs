@@ -110,6 +110,25 @@ impl<'a> MakeWriter<'a> for StreamWriter {
     }
 }
 
+type LevelHandle = tracing_subscriber::reload::Handle<EnvFilter, tracing_subscriber::Registry>;
+
+/// The live log filter, for [`set_level`].
+static LEVEL: std::sync::OnceLock<LevelHandle> = std::sync::OnceLock::new();
+
+/// Replaces the log filter (`log.level` on SIGHUP); `RUST_LOG`, when set, keeps priority.
+pub fn set_level(level: &str) -> Result<()> {
+    if std::env::var("RUST_LOG").is_ok_and(|v| !v.is_empty()) {
+        anyhow::bail!("RUST_LOG is set and takes priority over log.level");
+    }
+    let filter =
+        EnvFilter::try_new(level).with_context(|| format!("invalid log.level {level:?}"))?;
+    LEVEL
+        .get()
+        .context("logging is not initialised")?
+        .reload(filter)
+        .context("cannot change the log level")
+}
+
 /// Keeps the file writer's background thread alive; drop it last.
 pub struct LogGuard(#[allow(dead_code)] Option<tracing_appender::non_blocking::WorkerGuard>);
 
@@ -156,6 +175,8 @@ pub fn init(config: &LogConfig, home: &Path, redactor: Redactor) -> Result<LogGu
                 stream().receiver_count() > 0
             }))
     };
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
+    let _ = LEVEL.set(handle);
     let registry = tracing_subscriber::registry().with(filter).with(streamed);
     // Colour only for a person at a terminal: redirected logs (systemd, files, pipes) stay plain.
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())

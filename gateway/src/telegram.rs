@@ -40,17 +40,21 @@ pub async fn start(
         )
         .await?,
     );
-    let access = Access {
-        allowed_users: config.allowed_users.clone(),
-        open_chats: config.open_groups.iter().map(i64::to_string).collect(),
-        ..Access::default()
-    };
-    chat::start(platform.clone(), access, runtime);
+    chat::start(platform.clone(), access(config), runtime);
     Ok(secret.map(|secret| {
         axum::Router::new()
             .route(WEBHOOK_PATH, axum::routing::post(receive))
             .with_state(Arc::new(Receiver { platform, secret }))
     }))
+}
+
+/// Who may talk to the bot, from `[telegram]` (also on a config reload).
+pub fn access(config: &TelegramConfig) -> Access {
+    Access {
+        allowed_users: config.allowed_users.clone(),
+        open_chats: config.open_groups.iter().map(i64::to_string).collect(),
+        ..Access::default()
+    }
 }
 
 struct Receiver {

@@ -729,3 +729,53 @@ async fn readiness_says_when_telegram_is_not_receiving() {
     let (status, body) = readiness_until(&iris, |s, _| s == 200).await;
     assert_eq!(status, 200, "ready again once the conflict is over: {body}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_allowlist_and_names_what_needs_a_restart() {
+    let (model, telegram, home) = fakes(vec![Reply::text("Now I know you.")]).await;
+    let iris = iris(home.path()).await;
+    let group = From::group(-1_005, 555);
+    telegram.push_text(&group, "@iris_test_bot hello?");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(model.requests().is_empty(), "user 555 is not allowed yet");
+
+    let path = home.path().join("iris.toml");
+    let config = std::fs::read_to_string(&path).expect("config");
+    let config = config
+        .replace(
+            "allowed_users = [\"42\", \"@User7\"]",
+            "allowed_users = [\"42\", \"555\"]",
+        )
+        .replace("model = \"main\"", "model = \"other\"");
+    std::fs::write(&path, config).expect("config");
+    let hup = std::process::Command::new("kill")
+        .args(["-HUP", &iris.child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(hup.success());
+    let mut log = String::new();
+    for _ in 0..100 {
+        log = binary::log(home.path());
+        if log.contains("configuration reloaded") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        log.contains("configuration reloaded") && log.contains("telegram access"),
+        "{log}"
+    );
+    assert!(
+        log.contains("need a restart") && log.contains("llm"),
+        "{log}"
+    );
+
+    telegram.push_text(&group, "@iris_test_bot and now?");
+    let sent = replies(&telegram, -1_005, 1, home.path()).await;
+    assert_eq!(sent, ["Now I know you."]);
+    assert_eq!(
+        model.requests()[0].body["model"],
+        "main",
+        "the model change waits for a restart"
+    );
+}

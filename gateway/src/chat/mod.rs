@@ -50,7 +50,7 @@ pub const COMMANDS: &[(&str, &str)] = &[
 ];
 
 /// Who may talk to the bot on one platform, and where.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Access {
     /// User ids or @usernames.
     pub allowed_users: Vec<String>,
@@ -78,6 +78,34 @@ impl Access {
     }
 }
 
+/// Each running platform's access rules, by platform name, for a config reload to replace.
+#[derive(Clone, Default)]
+pub struct AccessBook(Arc<std::sync::Mutex<HashMap<&'static str, SharedAccess>>>);
+
+/// One platform's access rules, read by its runner, replaced by a reload.
+type SharedAccess = Arc<std::sync::RwLock<Access>>;
+
+impl AccessBook {
+    /// Replaces `platform`'s rules; `false` when it is not running.
+    pub fn replace(&self, platform: &str, access: Access) -> bool {
+        let entry = self
+            .0
+            .lock()
+            .ok()
+            .and_then(|book| book.get(platform).cloned());
+        match entry.and_then(|rules| rules.write().ok().map(|mut r| *r = access)) {
+            Some(()) => true,
+            None => false,
+        }
+    }
+
+    fn add(&self, platform: &'static str, rules: SharedAccess) {
+        if let Ok(mut book) = self.0.lock() {
+            book.insert(platform, rules);
+        }
+    }
+}
+
 /// What every platform runs with: the data directory (files users send go under it), the
 /// conversation runtime, the store, the readiness checks, and two signals: `intake` stops
 /// taking messages (shutdown begins), `stop` ends everything (after the drain).
@@ -87,6 +115,8 @@ pub struct Runtime {
     pub gateway: Arc<Gateway>,
     pub store: Arc<dyn SessionStore>,
     pub readiness: crate::readiness::Readiness,
+    /// Where each platform's access rules are kept for a reload.
+    pub access: AccessBook,
     pub intake: CancellationToken,
     pub stop: CancellationToken,
 }
@@ -99,10 +129,13 @@ pub fn start(platform: Arc<dyn Platform>, access: Access, runtime: &Runtime) {
         gateway,
         store,
         readiness,
+        access: book,
         intake,
         stop,
     } = runtime.clone();
     let caps = platform.capabilities();
+    let access = Arc::new(std::sync::RwLock::new(access));
+    book.add(caps.name, access.clone());
     readiness.add(caps.name, {
         let platform = platform.clone();
         Arc::new(move || platform.ready())
@@ -137,7 +170,8 @@ pub fn start(platform: Arc<dyn Platform>, access: Access, runtime: &Runtime) {
 pub(crate) struct Runner {
     caps: Capabilities,
     platform: Arc<dyn Platform>,
-    access: Access,
+    /// Replaced as a whole by a config reload.
+    access: SharedAccess,
     files: Files,
     gateway: Arc<Gateway>,
     store: Arc<dyn SessionStore>,
@@ -168,13 +202,14 @@ impl Runner {
     async fn accept(&self, message: InboundMessage) -> Result<(), SubmitError> {
         let name = self.caps.name;
         let private = message.origin == Origin::Private;
-        if !self.access.place_allowed(&message) {
+        let access = self.access.read().map(|a| a.clone()).unwrap_or_default();
+        if !access.place_allowed(&message) {
             tracing::debug!(platform = name, chat = %message.chat, "message in a chat the bot does not answer in");
             return Ok(());
         }
-        let open_chat = !private && self.access.open_chats.contains(&message.chat);
+        let open_chat = !private && access.open_chats.contains(&message.chat);
         if !open_chat
-            && !self.is_allowed(&message)
+            && !is_allowed(&access, &message)
             && !self.store.is_paired(name, &message.user_id).await?
         {
             tracing::info!(
@@ -326,22 +361,6 @@ impl Runner {
         Ok(())
     }
 
-    fn is_allowed(&self, message: &InboundMessage) -> bool {
-        let name = message
-            .username
-            .as_deref()
-            .map(|u| format!("@{}", u.to_ascii_lowercase()));
-        let by_user = self.access.allowed_users.iter().any(|entry| {
-            let entry = entry.trim();
-            entry == message.user_id || name.as_deref() == Some(entry.to_ascii_lowercase().as_str())
-        });
-        by_user
-            || message
-                .roles
-                .iter()
-                .any(|role| self.access.allowed_roles.contains(role))
-    }
-
     /// `/start`: a greeting without a model call (once per message, through the inbox).
     async fn greet(&self, message: &InboundMessage, to: &Address) -> Result<(), SubmitError> {
         let name = self.caps.name;
@@ -374,6 +393,23 @@ impl Runner {
         }
         Ok(())
     }
+}
+
+/// Whether `message`'s sender is allowed by id, @username or role.
+fn is_allowed(access: &Access, message: &InboundMessage) -> bool {
+    let name = message
+        .username
+        .as_deref()
+        .map(|u| format!("@{}", u.to_ascii_lowercase()));
+    let by_user = access.allowed_users.iter().any(|entry| {
+        let entry = entry.trim();
+        entry == message.user_id || name.as_deref() == Some(entry.to_ascii_lowercase().as_str())
+    });
+    by_user
+        || message
+            .roles
+            .iter()
+            .any(|role| access.allowed_roles.contains(role))
 }
 
 /// Shows "typing…" in `to` until `done` is cancelled, refreshed a second before it would lapse.

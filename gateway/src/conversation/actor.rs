@@ -68,7 +68,8 @@ pub(super) struct Deps {
     pub store: Arc<dyn SessionStore>,
     pub agent: Arc<Agent>,
     pub idle_ttl: Duration,
-    pub busy_mode: BusyMode,
+    /// The default busy mode (changed by a config reload; a conversation's own setting wins).
+    pub busy_mode: std::sync::RwLock<BusyMode>,
     pub queue_cap: usize,
     pub notices: broadcast::Sender<Notice>,
     /// Set on shutdown: no new job starts (queued ones stay in the inbox for the next start).
@@ -554,7 +555,12 @@ impl Actor {
         let mut state = ConversationState::new(conversation.id, session_id);
         state.model = conversation.settings["model"].as_str().map(str::to_owned);
         let mode = serde_json::from_value(conversation.settings["busy_mode"].clone())
-            .unwrap_or(self.deps.busy_mode);
+            .unwrap_or_else(|_| {
+                self.deps
+                    .busy_mode
+                    .read()
+                    .map_or(BusyMode::Queue, |mode| *mode)
+            });
         Ok(Live { state, mode })
     }
 }

@@ -129,7 +129,7 @@ impl Gateway {
             store: store.clone(),
             agent,
             idle_ttl: config.idle_ttl,
-            busy_mode: config.busy_mode,
+            busy_mode: std::sync::RwLock::new(config.busy_mode),
             queue_cap: config.queue_cap,
             notices: notices.clone(),
             draining: std::sync::atomic::AtomicBool::new(false),
@@ -251,6 +251,13 @@ impl Gateway {
         }
         Drained {
             unfinished_turns: self.deps.active.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Sets the default busy mode for conversations loaded from now on.
+    pub fn set_busy_mode(&self, mode: BusyMode) {
+        if let Ok(mut current) = self.deps.busy_mode.write() {
+            *current = mode;
         }
     }
 
