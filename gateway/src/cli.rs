@@ -116,6 +116,13 @@ pub enum SessionsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// One session as a file: a Markdown transcript or JSON (lineage and messages).
+    Export {
+        id: String,
+        /// markdown or json.
+        #[arg(long, default_value = "markdown")]
+        format: String,
+    },
 }
 
 /// Runs the parsed command line.

@@ -1,4 +1,4 @@
-//! `iris sessions list | show | search`: reads the store directly.
+//! `iris sessions list | show | search | export`: reads the store directly.
 //!
 //! Output is a plain table for people and `--json` for scripts. `show` prints the session's
 //! lineage (root first) before its messages, so a compressed conversation can be followed back
@@ -24,6 +24,7 @@ pub async fn run(loaded: &Loaded, command: SessionsCommand) -> Result<()> {
             json,
         } => list(store, source, limit, json).await,
         SessionsCommand::Show { id, json } => show(store, &id, json).await,
+        SessionsCommand::Export { id, format } => export(store, &id, &format).await,
         SessionsCommand::Search {
             query,
             source,
@@ -90,13 +91,22 @@ async fn list(
     Ok(())
 }
 
-async fn show(store: &dyn SessionStore, id: &str, json: bool) -> Result<()> {
+/// A session, its lineage (root first) and its messages.
+async fn load(
+    store: &dyn SessionStore,
+    id: &str,
+) -> Result<(Session, Vec<Session>, Vec<agent_core::store::Message>)> {
     let session = store
         .session(id)
         .await?
         .ok_or_else(|| anyhow!("no session {id:?}"))?;
     let lineage = store.lineage(id).await?;
     let messages = store.messages(id).await?;
+    Ok((session, lineage, messages))
+}
+
+async fn show(store: &dyn SessionStore, id: &str, json: bool) -> Result<()> {
+    let (session, lineage, messages) = load(store, id).await?;
     if json {
         return print_json(&serde_json::json!({
             "session": session,
@@ -130,6 +140,23 @@ async fn show(store: &dyn SessionStore, id: &str, json: bool) -> Result<()> {
         println!("  [{}] {:<9} {}{}", m.id, m.body.role.as_str(), text, tools);
     }
     Ok(())
+}
+
+/// The session as the admin API exports it: a Markdown transcript or JSON.
+async fn export(store: &dyn SessionStore, id: &str, format: &str) -> Result<()> {
+    let (session, lineage, messages) = load(store, id).await?;
+    match format {
+        "markdown" | "md" => {
+            print!("{}", crate::admin::markdown(&session, &lineage, &messages));
+            Ok(())
+        }
+        "json" => print_json(&serde_json::json!({
+            "session": session,
+            "lineage": lineage,
+            "messages": messages,
+        })),
+        other => Err(anyhow!("--format must be markdown or json, not {other:?}")),
+    }
 }
 
 async fn search(store: &dyn SessionStore, query: &SearchQuery, json: bool) -> Result<()> {

@@ -252,6 +252,24 @@ fn sessions_list_show_and_search_read_the_store() {
     assert!(root_line < child_line, "root first: {out}");
     assert!(out.contains("book the ferry to Hydra"), "{out}");
 
+    let (code, out, err) = run(iris(home.path()).args(["sessions", "export", &child]));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with(&format!("# Session {child}")), "{out}");
+    assert!(
+        out.contains(&format!("- lineage: {root} → {child}")),
+        "{out}"
+    );
+    assert!(out.contains("book the ferry to Hydra"), "{out}");
+    let (code, out, _) =
+        run(iris(home.path()).args(["sessions", "export", &child, "--format", "json"]));
+    assert_eq!(code, 0);
+    let exported: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(exported["session"]["id"], child.as_str());
+    let (code, _, err) =
+        run(iris(home.path()).args(["sessions", "export", &child, "--format", "pdf"]));
+    assert_eq!(code, 1);
+    assert!(err.contains("markdown or json"), "{err}");
+
     let (code, out, err) = run(iris(home.path()).args(["sessions", "search", "ferry", "(hydra"]));
     assert_eq!(code, 0, "{err}");
     assert_eq!(
