@@ -135,6 +135,31 @@ impl Arrival {
     }
 }
 
+/// Whether a platform is connected, or why not: set by its intake, read by
+/// [`Platform::ready`]. Cheap to clone; clones share the state.
+#[derive(Debug, Clone)]
+pub struct Connection(std::sync::Arc<std::sync::Mutex<Result<(), String>>>);
+
+impl Connection {
+    /// Starts as `initial`.
+    pub fn new(initial: Result<(), String>) -> Self {
+        Self(std::sync::Arc::new(std::sync::Mutex::new(initial)))
+    }
+
+    pub fn set(&self, status: Result<(), String>) {
+        if let Ok(mut current) = self.0.lock() {
+            *current = status;
+        }
+    }
+
+    pub fn get(&self) -> Result<(), String> {
+        self.0
+            .lock()
+            .map_err(|_| "status unknown".to_owned())?
+            .clone()
+    }
+}
+
 /// Why a send failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {

@@ -30,7 +30,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::platform::{
-    Address, Arrival, Capabilities, Dialect, FileRef, InboundMessage, Origin, Platform, SendError,
+    Address, Arrival, Capabilities, Connection, Dialect, FileRef, InboundMessage, Origin, Platform,
+    SendError,
 };
 use rest::Rest;
 
@@ -82,7 +83,7 @@ pub struct DiscordPlatform {
     ready: Arc<tokio::sync::Notify>,
     threads: Arc<threads::Threads>,
     /// Whether the gateway session is up, or why not.
-    status: Arc<std::sync::Mutex<Result<(), String>>>,
+    status: Connection,
 }
 
 impl DiscordPlatform {
@@ -109,9 +110,7 @@ impl DiscordPlatform {
             application: Arc::default(),
             ready: Arc::default(),
             threads: Arc::default(),
-            status: Arc::new(std::sync::Mutex::new(Err(
-                "not connected to the Discord gateway yet".into(),
-            ))),
+            status: Connection::new(Err("not connected to the Discord gateway yet".into())),
         })
     }
 
@@ -155,6 +154,10 @@ impl DiscordPlatform {
                 }
                 outcome = client.start_shards(self.settings.shards.max(1)) => outcome,
             };
+            self.status.set(Err(match &outcome {
+                Err(error) => format!("the gateway connection ended: {error}"),
+                Ok(()) => "the gateway connection ended".to_owned(),
+            }));
             match outcome {
                 Err(serenity::Error::Gateway(
                     serenity::gateway::GatewayError::DisallowedGatewayIntents,
@@ -192,19 +195,7 @@ struct Handler {
     application: Arc<OnceLock<String>>,
     ready: Arc<tokio::sync::Notify>,
     rest: Arc<Rest>,
-    status: Arc<std::sync::Mutex<Result<(), String>>>,
-}
-
-impl Handler {
-    fn set_status(&self, status: Result<(), String>) {
-        set_status(&self.status, status);
-    }
-}
-
-fn set_status(cell: &std::sync::Mutex<Result<(), String>>, status: Result<(), String>) {
-    if let Ok(mut current) = cell.lock() {
-        *current = status;
-    }
+    status: Connection,
 }
 
 #[serenity::async_trait]
@@ -236,13 +227,13 @@ impl EventHandler for Handler {
     async fn shard_stage_update(&self, _ctx: Context, event: serenity::all::ShardStageUpdateEvent) {
         use serenity::gateway::ConnectionStage;
         match event.new {
-            ConnectionStage::Connected => self.set_status(Ok(())),
-            stage => self.set_status(Err(format!("gateway connection: {stage}"))),
+            ConnectionStage::Connected => self.status.set(Ok(())),
+            stage => self.status.set(Err(format!("gateway connection: {stage}"))),
         }
     }
 
     async fn ready(&self, _ctx: Context, ready: Ready) {
-        self.set_status(Ok(()));
+        self.status.set(Ok(()));
         let _ = self.application.set(ready.application.id.get().to_string());
         self.ready.notify_waiters();
         tracing::info!(bot = %ready.user.name, guilds = ready.guilds.len(), "discord connected");
@@ -372,10 +363,7 @@ impl Platform for DiscordPlatform {
     }
 
     fn ready(&self) -> Result<(), String> {
-        self.status
-            .lock()
-            .map_err(|_| "status unknown".to_owned())?
-            .clone()
+        self.status.get()
     }
 
     async fn run(&self, arrivals: mpsc::Sender<Arrival>, stop: CancellationToken) {

@@ -26,7 +26,9 @@ use tokio_util::sync::CancellationToken;
 use super::gather::Gatherer;
 use super::inbound::{BotIdentity, may_continue, merge_parts, normalize};
 use super::send::{Destination, send_reply};
-use crate::platform::{Address, Arrival, Capabilities, Dialect, FileRef, Platform, SendError};
+use crate::platform::{
+    Address, Arrival, Capabilities, Connection, Dialect, FileRef, Platform, SendError,
+};
 
 /// Seconds a `getUpdates` call waits for updates.
 const POLL_TIMEOUT: u32 = 25;
@@ -54,7 +56,7 @@ pub struct TelegramPlatform {
     /// Webhook mode: where [`Self::receive`] hands messages over, once [`Platform::run`] began.
     arrivals: OnceLock<mpsc::Sender<Arrival>>,
     /// How the last `getUpdates` went (`Ok` in webhook mode once registered).
-    status: std::sync::Mutex<Result<(), String>>,
+    status: Connection,
 }
 
 /// Why the adapter could not start.
@@ -113,7 +115,7 @@ impl TelegramPlatform {
             max_file_bytes,
             gatherer: Arc::default(),
             arrivals: OnceLock::new(),
-            status: std::sync::Mutex::new(Ok(())),
+            status: Connection::new(Ok(())),
         })
     }
 
@@ -155,9 +157,7 @@ impl TelegramPlatform {
                 }
                 Err(error) => Err(format!("getUpdates failed: {error}")),
             };
-            if let Ok(mut last) = self.status.lock() {
-                *last = status;
-            }
+            self.status.set(status);
             let wait = match result {
                 Ok(mut updates) => {
                     backoff = Duration::from_secs(1);
@@ -272,10 +272,7 @@ impl Platform for TelegramPlatform {
     }
 
     fn ready(&self) -> Result<(), String> {
-        self.status
-            .lock()
-            .map_err(|_| "status unknown".to_owned())?
-            .clone()
+        self.status.get()
     }
 
     async fn run(&self, arrivals: mpsc::Sender<Arrival>, stop: CancellationToken) {
