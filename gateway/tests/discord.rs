@@ -66,18 +66,7 @@ async fn replies(
     count: usize,
     home: &std::path::Path,
 ) -> Vec<String> {
-    for _ in 0..300 {
-        let sent = discord.sent_texts(channel);
-        if sent.len() >= count {
-            return sent;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!(
-        "channel {channel} got {:?}, expected {count}; log:\n{}",
-        discord.sent_texts(channel),
-        binary::log(home)
-    );
+    binary::sent_at_least(count, home, || discord.sent_texts(channel)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -91,18 +91,7 @@ async fn replies(
     count: usize,
     home: &std::path::Path,
 ) -> Vec<String> {
-    for _ in 0..200 {
-        let sent = telegram.sent_texts(chat);
-        if sent.len() >= count {
-            return sent;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!(
-        "chat {chat} got {:?}, expected {count} messages; log:\n{}",
-        telegram.sent_texts(chat),
-        binary::log(home)
-    );
+    binary::sent_at_least(count, home, || telegram.sent_texts(chat)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,6 +24,27 @@ fn free_port() -> u16 {
         .expect("free port")
 }
 
+/// Waits (up to 15 s) until `sent()` holds `count` messages and returns them; otherwise fails
+/// with what was sent and the daemon's log.
+pub async fn sent_at_least(
+    count: usize,
+    home: &Path,
+    sent: impl Fn() -> Vec<String>,
+) -> Vec<String> {
+    for _ in 0..300 {
+        let texts = sent();
+        if texts.len() >= count {
+            return texts;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "got {:?}, expected {count} messages; log:\n{}",
+        sent(),
+        log(home)
+    );
+}
+
 /// A fresh `$IRIS_HOME` whose `iris.toml` is `config`.
 pub fn home_with(config: &str) -> tempfile::TempDir {
     let home = tempfile::tempdir().expect("home");
