@@ -17,6 +17,10 @@
 //!   in batches across conversations, see `group_commit`);
 //! - `after_append()`: a hook after messages are committed (SQLite wakes its indexer);
 //! - `ping_impl`, `migrate_impl`, `migration_status_impl`, `search_impl`, `sync_index_impl`.
+//!
+//! Statements that are the same on both backends but belong together live in their own macro
+//! files beside this one: `conversations` (find or create, settings, the operator's listing),
+//! `queues` (inbox resumption and the outbox) and `pairing`.
 
 use std::time::Duration;
 
@@ -353,50 +357,22 @@ macro_rules! impl_session_store {
             }
 
             async fn conversation(&self, new: &NewConversation) -> StoreResult<Conversation> {
-                if let Some(found) = self.conversation_by_key(&new.key).await? {
-                    return Ok(found);
-                }
-                write_tx!(self, |tx| {
-                    let now = chrono::Utc::now();
-                    sqlx::query(
-                        "INSERT INTO conversations (key, source, chat_id, thread_id, user_id, \
-                         created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $6) \
-                         ON CONFLICT (key) DO NOTHING",
-                    )
-                    .bind(&new.key)
-                    .bind(&new.source)
-                    .bind(new.chat_id.as_deref())
-                    .bind(new.thread_id.as_deref())
-                    .bind(new.user_id.as_deref())
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?;
-                    let row = sqlx::query("SELECT * FROM conversations WHERE key = $1")
-                        .bind(&new.key)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                    conversation_from_row(&row)?
-                })
+                self.conversation_impl(new).await
             }
 
             async fn conversation_by_key(&self, key: &str) -> StoreResult<Option<Conversation>> {
-                sqlx::query("SELECT * FROM conversations WHERE key = $1")
-                    .bind(key)
-                    .fetch_optional(self.read_pool())
-                    .await?
-                    .as_ref()
-                    .map(conversation_from_row)
-                    .transpose()
+                self.conversation_by_key_impl(key).await
             }
 
             async fn conversation_by_id(&self, id: i64) -> StoreResult<Option<Conversation>> {
-                sqlx::query("SELECT * FROM conversations WHERE id = $1")
-                    .bind(id)
-                    .fetch_optional(self.read_pool())
-                    .await?
-                    .as_ref()
-                    .map(conversation_from_row)
-                    .transpose()
+                self.conversation_by_id_impl(id).await
+            }
+
+            async fn list_conversations(
+                &self,
+                filter: &ConversationFilter,
+            ) -> StoreResult<Vec<ConversationSummary>> {
+                self.list_conversations_impl(filter).await
             }
 
             async fn set_conversation_settings(
@@ -404,20 +380,7 @@ macro_rules! impl_session_store {
                 id: i64,
                 settings: &serde_json::Value,
             ) -> StoreResult<()> {
-                let text = serde_json::to_string(settings)?;
-                write_tx!(self, |tx| {
-                    let done = sqlx::query(
-                        "UPDATE conversations SET settings = $1, updated_at = $2 WHERE id = $3",
-                    )
-                    .bind(&text)
-                    .bind(chrono::Utc::now())
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
-                    if done.rows_affected() == 0 {
-                        return Err(StoreError::NotFound { what: "conversation", id: id.to_string() });
-                    }
-                })
+                self.set_conversation_settings_impl(id, settings).await
             }
 
             async fn start_session(
@@ -754,41 +717,35 @@ macro_rules! impl_session_store {
             }
 
             async fn inbox_unfinished(&self) -> StoreResult<Vec<InboxItem>> {
-                let rows = sqlx::query(
-                    "SELECT * FROM inbox WHERE state IN ('accepted', 'processing') ORDER BY id",
-                )
-                .fetch_all(self.read_pool())
-                .await?;
-                rows.iter().map(inbox_from_row).collect()
+                self.inbox_unfinished_impl().await
             }
 
             async fn outbox_enqueue(&self, item: &NewOutboxItem) -> StoreResult<OutboxItem> {
-                let payload = serde_json::to_string(&item.payload)?;
-                write_tx!(self, |tx| {
-                    if let Some(inbox_id) = item.inbox_id {
-                        let existing = sqlx::query(
-                            "SELECT * FROM outbox WHERE inbox_id = $1 AND target = $2",
-                        )
-                        .bind(inbox_id)
-                        .bind(&item.target)
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                        if let Some(row) = existing {
-                            return outbox_from_row(&row);
-                        }
-                    }
-                    let row = sqlx::query(
-                        "INSERT INTO outbox (inbox_id, target, payload, created_at) \
-                         VALUES ($1, $2, $3, $4) RETURNING *",
-                    )
-                    .bind(item.inbox_id)
-                    .bind(&item.target)
-                    .bind(&payload)
-                    .bind(chrono::Utc::now())
-                    .fetch_one(&mut *tx)
-                    .await?;
-                    outbox_from_row(&row)?
-                })
+                self.outbox_enqueue_impl(item).await
+            }
+
+            async fn outbox_begin_attempt(&self, id: i64) -> StoreResult<i64> {
+                self.outbox_begin_attempt_impl(id).await
+            }
+
+            async fn outbox_mark_delivered(
+                &self,
+                id: i64,
+                platform_message_ids: &[String],
+            ) -> StoreResult<()> {
+                self.outbox_mark_delivered_impl(id, platform_message_ids).await
+            }
+
+            async fn outbox_mark_failed(&self, id: i64) -> StoreResult<()> {
+                self.outbox_mark_failed_impl(id).await
+            }
+
+            async fn outbox_pending(&self) -> StoreResult<Vec<OutboxItem>> {
+                self.outbox_pending_impl().await
+            }
+
+            async fn outbox_for_inbox(&self, inbox_id: i64) -> StoreResult<Vec<OutboxItem>> {
+                self.outbox_for_inbox_impl(inbox_id).await
             }
 
             async fn answer_inbox(
@@ -798,67 +755,6 @@ macro_rules! impl_session_store {
                 state: InboxState,
             ) -> StoreResult<OutboxItem> {
                 self.answer_inbox_impl(reply, delivered, state).await
-            }
-
-            async fn outbox_begin_attempt(&self, id: i64) -> StoreResult<i64> {
-                write_tx!(self, |tx| {
-                    sqlx::query_scalar::<_, i64>(
-                        "UPDATE outbox SET attempts = attempts + 1 WHERE id = $1 RETURNING attempts",
-                    )
-                    .bind(id)
-                    .fetch_optional(&mut *tx)
-                    .await?
-                    .ok_or_else(|| StoreError::NotFound { what: "outbox row", id: id.to_string() })?
-                })
-            }
-
-            async fn outbox_mark_delivered(
-                &self,
-                id: i64,
-                platform_message_ids: &[String],
-            ) -> StoreResult<()> {
-                let ids = serde_json::to_string(platform_message_ids)?;
-                write_tx!(self, |tx| {
-                    let done = sqlx::query(
-                        "UPDATE outbox SET state = 'delivered', platform_message_ids = $1, \
-                         delivered_at = $2 WHERE id = $3",
-                    )
-                    .bind(&ids)
-                    .bind(chrono::Utc::now())
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
-                    if done.rows_affected() == 0 {
-                        return Err(StoreError::NotFound { what: "outbox row", id: id.to_string() });
-                    }
-                })
-            }
-
-            async fn outbox_mark_failed(&self, id: i64) -> StoreResult<()> {
-                write_tx!(self, |tx| {
-                    let done = sqlx::query("UPDATE outbox SET state = 'failed' WHERE id = $1")
-                        .bind(id)
-                        .execute(&mut *tx)
-                        .await?;
-                    if done.rows_affected() == 0 {
-                        return Err(StoreError::NotFound { what: "outbox row", id: id.to_string() });
-                    }
-                })
-            }
-
-            async fn outbox_pending(&self) -> StoreResult<Vec<OutboxItem>> {
-                let rows = sqlx::query("SELECT * FROM outbox WHERE state = 'pending' ORDER BY id")
-                    .fetch_all(self.read_pool())
-                    .await?;
-                rows.iter().map(outbox_from_row).collect()
-            }
-
-            async fn outbox_for_inbox(&self, inbox_id: i64) -> StoreResult<Vec<OutboxItem>> {
-                let rows = sqlx::query("SELECT * FROM outbox WHERE inbox_id = $1 ORDER BY id")
-                    .bind(inbox_id)
-                    .fetch_all(self.read_pool())
-                    .await?;
-                rows.iter().map(outbox_from_row).collect()
             }
 
             async fn search(&self, query: &SearchQuery) -> StoreResult<Vec<SearchHit>> {

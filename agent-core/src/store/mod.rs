@@ -22,6 +22,10 @@ mod rows;
 mod common;
 #[macro_use]
 mod pairing;
+#[macro_use]
+mod queues;
+#[macro_use]
+mod conversations;
 mod group_commit;
 mod ids;
 mod postgres;
@@ -122,6 +126,11 @@ pub trait SessionStore: Send + Sync + 'static {
     async fn conversation(&self, new: &NewConversation) -> StoreResult<Conversation>;
     async fn conversation_by_key(&self, key: &str) -> StoreResult<Option<Conversation>>;
     async fn conversation_by_id(&self, id: i64) -> StoreResult<Option<Conversation>>;
+    /// Conversations, most recently active first.
+    async fn list_conversations(
+        &self,
+        filter: &ConversationFilter,
+    ) -> StoreResult<Vec<ConversationSummary>>;
     /// Replaces the conversation's settings object.
     async fn set_conversation_settings(
         &self,

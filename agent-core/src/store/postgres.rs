@@ -372,3 +372,5 @@ fn push_search_conditions(
 
 impl_session_store!(PostgresStore, Postgres);
 impl_pairing!(PostgresStore);
+impl_queues!(PostgresStore);
+impl_conversations!(PostgresStore, Postgres);

@@ -436,3 +436,5 @@ impl Drop for SqliteStore {
 
 impl_session_store!(SqliteStore, Sqlite);
 impl_pairing!(SqliteStore);
+impl_queues!(SqliteStore);
+impl_conversations!(SqliteStore, Sqlite);

@@ -325,6 +325,27 @@ pub struct OutboxItem {
     pub delivered_at: Option<DateTime<Utc>>,
 }
 
+/// Which conversations to list.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConversationFilter {
+    pub source: Option<String>,
+    /// At most this many, most recently active first. `0` means 50.
+    pub limit: u32,
+}
+
+/// A conversation as an operator lists it: where it is now and when it was last active.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ConversationSummary {
+    #[serde(flatten)]
+    pub conversation: Conversation,
+    /// The current session's title, if it has one.
+    pub title: Option<String>,
+    /// Messages in the current session.
+    pub message_count: i64,
+    /// The newest message of the current session, or else when the conversation last changed.
+    pub last_active_at: DateTime<Utc>,
+}
+
 /// Which sessions to list.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SessionFilter {

@@ -13,9 +13,9 @@
 use std::sync::Arc;
 
 use agent_core::store::{
-    EndReason, InboxState, NewConversation, NewInboxItem, NewMessage, NewOutboxItem, NewPairing,
-    OutboxState, PairingLimits, PairingOutcome, Role, Rotation, SearchQuery, SessionFilter,
-    SessionSpec, SessionStore, SessionUsage, SqliteStore, StoreError,
+    ConversationFilter, EndReason, InboxState, NewConversation, NewInboxItem, NewMessage,
+    NewOutboxItem, NewPairing, OutboxState, PairingLimits, PairingOutcome, Role, Rotation,
+    SearchQuery, SessionFilter, SessionSpec, SessionStore, SessionUsage, SqliteStore, StoreError,
 };
 use serde_json::json;
 
@@ -138,6 +138,7 @@ contract!(
     pairing_requests_are_limited_and_approved_once,
     a_failing_write_among_concurrent_ones_fails_alone,
     sessions_list_by_conversation_and_source,
+    conversations_list_by_last_activity,
     search_finds_words_tools_and_filters,
     search_handles_cjk_substrings,
     search_accepts_any_user_text,

@@ -625,3 +625,67 @@ pub(crate) async fn sessions_list_by_conversation_and_source(store: Arc<dyn Sess
         .expect("list");
     assert_eq!(one.len(), 1);
 }
+
+pub(crate) async fn conversations_list_by_last_activity(store: Arc<dyn SessionStore>) {
+    let pause = || tokio::time::sleep(std::time::Duration::from_millis(5));
+    let (a, a1) = started(&store, "telegram:dm:busy").await;
+    pause().await;
+    let (b, _) = started(&store, "discord:dm:quiet").await;
+    pause().await;
+    let c = conversation(&store, "telegram:dm:new").await;
+    pause().await;
+    store
+        .append_messages(&a1, &[user("hi"), assistant("hello")])
+        .await
+        .expect("append");
+
+    let all = store
+        .list_conversations(&ConversationFilter::default())
+        .await
+        .expect("list");
+    let ids: Vec<i64> = all.iter().map(|s| s.conversation.id).collect();
+    assert_eq!(ids, [a, c.id, b], "the newest message or change first");
+    assert_eq!(all[0].message_count, 2);
+    assert_eq!(
+        all[0].conversation.current_session_id.as_deref(),
+        Some(a1.as_str())
+    );
+    assert_eq!(all[1].message_count, 0);
+    assert_eq!(all[1].conversation.current_session_id, None);
+    assert!(all[0].last_active_at > all[1].last_active_at);
+
+    let telegram = store
+        .list_conversations(&ConversationFilter {
+            source: Some("telegram".into()),
+            ..Default::default()
+        })
+        .await
+        .expect("list");
+    let ids: Vec<i64> = telegram.iter().map(|s| s.conversation.id).collect();
+    assert_eq!(ids, [a, c.id]);
+    let one = store
+        .list_conversations(&ConversationFilter {
+            limit: 1,
+            ..Default::default()
+        })
+        .await
+        .expect("list");
+    assert_eq!(one.len(), 1);
+
+    // After a rotation the listing follows the conversation to its new session.
+    let a2 = store
+        .rotate(&compression(a, &a1, vec![user("[summary] hi")]))
+        .await
+        .expect("rotate");
+    store.set_title(&a2.id, "Greetings").await.expect("title");
+    let all = store
+        .list_conversations(&ConversationFilter::default())
+        .await
+        .expect("list");
+    assert_eq!(
+        all[0].conversation.current_session_id.as_deref(),
+        Some(a2.id.as_str())
+    );
+    assert_eq!(all[0].message_count, 1);
+    assert_eq!(all[0].title.as_deref(), Some("Greetings"));
+}
