@@ -2,29 +2,39 @@
 //! `server.admin_token_env` names; compared in constant time). Without a token in the
 //! environment the API is closed: every call is refused.
 //!
-//! - `GET /admin/sessions?source=&limit=`: sessions, newest first.
+//! - `GET /admin/conversations?source=&limit=`: conversations, most recently active first, each
+//!   with its current session's title and message count.
+//! - `POST /admin/conversations/{id or key}/end`: ends the conversation's current session
+//!   through its actor, exactly as the user's `/new` would (a running turn is interrupted);
+//!   answers the ended and the new session's ids.
+//! - `GET /admin/sessions?conversation=&source=&limit=`: sessions, newest first.
 //! - `GET /admin/sessions/{id}`: a session with its lineage (root first) and messages.
 //! - `GET /admin/sessions/{id}/export?format=json|markdown`: the same as a download.
 //! - `GET /admin/search?q=&source=&role=&limit=`: full-text search over every session.
 //! - `GET /admin/logs?level=&source=&conversation=&session=`: the live log (see
 //!   [`crate::logs`]).
 //!
-//! Errors are `{"error": {"code", "message"}}` with 400, 401 or 404.
+//! Errors are `{"error": {"code", "message"}}` with 400, 401, 404, 409, 429 or 503.
 
 use std::sync::Arc;
 
-use agent_core::store::{Message, Role, SearchQuery, Session, SessionFilter, SessionStore};
+use agent_core::store::{
+    Conversation, ConversationFilter, Message, Role, SearchQuery, Session, SessionFilter,
+    SessionStore,
+};
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::json;
 
 /// What the admin routes need.
 pub struct AdminState {
     pub store: Arc<dyn SessionStore>,
+    /// Where a conversation's session is ended (through its actor).
+    pub gateway: Arc<crate::conversation::Gateway>,
     /// `None`: the API is closed.
     pub token: Option<String>,
 }
@@ -32,12 +42,30 @@ pub struct AdminState {
 /// The admin routes.
 pub fn router(state: Arc<AdminState>) -> axum::Router {
     axum::Router::new()
+        .route("/admin/conversations", get(conversations))
+        .route("/admin/conversations/{id}/end", post(end))
         .route("/admin/sessions", get(list))
         .route("/admin/sessions/{id}", get(show))
         .route("/admin/sessions/{id}/export", get(export))
         .route("/admin/search", get(search))
         .route("/admin/logs", get(crate::logs::follow))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            require_token,
+        ))
         .with_state(state)
+}
+
+/// Every admin route is behind the token: checked here, once, before any handler runs.
+async fn require_token(
+    State(state): State<Arc<AdminState>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match authorise(&state, request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(refused) => refused.into_response(),
+    }
 }
 
 /// An error answer: `{"error": {"code", "message"}}` with its status.
@@ -63,7 +91,7 @@ fn error(status: StatusCode, code: &'static str, message: impl Into<String>) -> 
 }
 
 /// `Ok` when the request carries the admin token.
-pub fn authorise(state: &AdminState, headers: &HeaderMap) -> Result<(), Refusal> {
+fn authorise(state: &AdminState, headers: &HeaderMap) -> Result<(), Refusal> {
     use subtle::ConstantTimeEq;
     let Some(token) = &state.token else {
         return Err(error(
@@ -100,22 +128,104 @@ fn store_error(failure: agent_core::store::StoreError) -> Refusal {
 
 #[derive(Debug, Deserialize)]
 struct ListParams {
+    conversation: Option<String>,
     source: Option<String>,
     limit: Option<u32>,
 }
 
-async fn list(
+async fn conversations(
     State(state): State<Arc<AdminState>>,
-    headers: HeaderMap,
     Query(params): Query<ListParams>,
 ) -> Response {
-    if let Err(refused) = authorise(&state, &headers) {
-        return refused.into_response();
-    }
-    let filter = SessionFilter {
+    let filter = ConversationFilter {
         source: params.source,
         limit: params.limit.unwrap_or(50).min(1_000),
-        ..Default::default()
+    };
+    match state.store.list_conversations(&filter).await {
+        Ok(listed) => Json(json!({"conversations": listed})).into_response(),
+        Err(e) => store_error(e).into_response(),
+    }
+}
+
+/// A conversation by its numeric id or its key (`telegram:dm:42`).
+async fn find_conversation(store: &dyn SessionStore, which: &str) -> Result<Conversation, Refusal> {
+    let found = match which.parse::<i64>() {
+        Ok(id) => store.conversation_by_id(id).await,
+        Err(_) => store.conversation_by_key(which).await,
+    };
+    match found {
+        Ok(Some(conversation)) => Ok(conversation),
+        Ok(None) => Err(error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no conversation {which:?}"),
+        )),
+        Err(e) => Err(store_error(e)),
+    }
+}
+
+async fn end(State(state): State<Arc<AdminState>>, Path(which): Path<String>) -> Response {
+    use crate::conversation::{EndError, SubmitError};
+    let conversation = match find_conversation(state.store.as_ref(), &which).await {
+        Ok(conversation) => conversation,
+        Err(refused) => return refused.into_response(),
+    };
+    let Some(ended) = conversation.current_session_id.clone() else {
+        return error(
+            StatusCode::CONFLICT,
+            "no_session",
+            format!("conversation {which:?} has no current session"),
+        )
+        .into_response();
+    };
+    match state.gateway.end_current_session(&conversation.key).await {
+        Ok(reply) if reply.error.is_none() => {
+            tracing::info!(conversation = %conversation.key, ended = %ended, session = %reply.session_id, "admin API: session ended");
+            Json(json!({
+                "conversation": conversation.id,
+                "key": conversation.key,
+                "ended_session_id": ended,
+                "session_id": reply.session_id,
+            }))
+            .into_response()
+        }
+        Ok(reply) => error(
+            StatusCode::CONFLICT,
+            "not_ended",
+            format!(
+                "the conversation did not start a new session: {}",
+                reply.text
+            ),
+        )
+        .into_response(),
+        Err(EndError::Submit(SubmitError::Busy)) => error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "busy",
+            "the conversation's queue is full; try again shortly",
+        )
+        .into_response(),
+        Err(EndError::Submit(SubmitError::Store(e))) => store_error(e).into_response(),
+        Err(EndError::ShuttingDown) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "the daemon is shutting down; the request runs on its next start",
+        )
+        .into_response(),
+    }
+}
+
+async fn list(State(state): State<Arc<AdminState>>, Query(params): Query<ListParams>) -> Response {
+    let conversation_id = match params.conversation.as_deref() {
+        None => None,
+        Some(which) => match find_conversation(state.store.as_ref(), which).await {
+            Ok(conversation) => Some(conversation.id),
+            Err(refused) => return refused.into_response(),
+        },
+    };
+    let filter = SessionFilter {
+        conversation_id,
+        source: params.source,
+        limit: params.limit.unwrap_or(50).min(1_000),
     };
     match state.store.list_sessions(&filter).await {
         Ok(sessions) => Json(json!({"sessions": sessions})).into_response(),
@@ -144,14 +254,7 @@ async fn load(
     Ok((session, lineage, messages))
 }
 
-async fn show(
-    State(state): State<Arc<AdminState>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> Response {
-    if let Err(refused) = authorise(&state, &headers) {
-        return refused.into_response();
-    }
+async fn show(State(state): State<Arc<AdminState>>, Path(id): Path<String>) -> Response {
     match load(state.store.as_ref(), &id).await {
         Ok((session, lineage, messages)) => {
             Json(json!({"session": session, "lineage": lineage, "messages": messages}))
@@ -168,13 +271,9 @@ struct ExportParams {
 
 async fn export(
     State(state): State<Arc<AdminState>>,
-    headers: HeaderMap,
     Path(id): Path<String>,
     Query(params): Query<ExportParams>,
 ) -> Response {
-    if let Err(refused) = authorise(&state, &headers) {
-        return refused.into_response();
-    }
     let format = params.format.as_deref().unwrap_or("json");
     if !matches!(format, "json" | "markdown" | "md") {
         return error(
@@ -264,12 +363,8 @@ struct SearchParams {
 
 async fn search(
     State(state): State<Arc<AdminState>>,
-    headers: HeaderMap,
     Query(params): Query<SearchParams>,
 ) -> Response {
-    if let Err(refused) = authorise(&state, &headers) {
-        return refused.into_response();
-    }
     let text = params.q.unwrap_or_default();
     if text.trim().is_empty() {
         return error(StatusCode::BAD_REQUEST, "bad_request", "q is required").into_response();

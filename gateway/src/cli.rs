@@ -34,7 +34,8 @@ pub enum Command {
     Migrate,
     /// Check configuration, store, migrations and data directory; exit 1 if any fails.
     Doctor,
-    /// Inspect stored sessions.
+    /// Inspect conversations and sessions, end a session (through the running daemon's admin
+    /// API when there is one, the store otherwise).
     #[command(subcommand)]
     Sessions(SessionsCommand),
     /// Approve users who asked for access with a pairing code.
@@ -87,6 +88,9 @@ pub struct ServeArgs {
 pub enum SessionsCommand {
     /// Sessions, newest first.
     List {
+        /// Only this conversation's sessions (its id or key).
+        #[arg(long)]
+        conversation: Option<String>,
         /// Only sessions from this source (telegram, discord, webhook, api…).
         #[arg(long)]
         source: Option<String>,
@@ -122,6 +126,23 @@ pub enum SessionsCommand {
         /// markdown or json.
         #[arg(long, default_value = "markdown")]
         format: String,
+    },
+    /// Conversations, most recently active first, with their current session.
+    Conversations {
+        /// Only conversations from this source.
+        #[arg(long)]
+        source: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// End a conversation's current session (its id or key); the next message starts a new
+    /// one. Goes through the running daemon (as the user's /new would) when there is one.
+    End {
+        conversation: String,
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -189,7 +210,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             let url = args
                 .url
                 .clone()
-                .unwrap_or_else(|| format!("http://{}", loaded.config.server.bind));
+                .unwrap_or_else(|| crate::admin_client::daemon_url(&loaded.config.server.bind));
             let token = loaded.secret(&loaded.config.server.admin_token_env);
             let filter = crate::logs::LogFilter {
                 level: args.level,

@@ -174,6 +174,7 @@ pub async fn start(
     }
     mounted = mounted.merge(crate::admin::router(Arc::new(crate::admin::AdminState {
         store: store.clone(),
+        gateway: gateway.clone(),
         token: admin_token,
     })));
     tokio::spawn(crate::reload::on_sighup(

@@ -5,7 +5,8 @@
 //! here on `127.0.0.1:0`.
 //!
 //! # Layout
-//! - [`admin`]: the admin API (sessions, lineage, search, export) behind the admin token.
+//! - [`admin`]: the admin API (conversations, sessions, lineage, search, export, ending a
+//!   session) behind the admin token; [`admin_client`]: the CLI's side of it.
 //! - [`api`]: the OpenAI-compatible API.
 //! - [`agent`]: the agent (providers, tools, prompt, compression) from configuration.
 //! - [`chat`]: chat platforms at run time: access, pairing, files, typing, delivery.
@@ -26,9 +27,10 @@
 //! - [`tools`]: the agent's tools (built-ins and MCP servers) from `[tools]` and `[mcp]`.
 //! - [`webhook`]: `POST /hooks/{route}`, its messages endpoint and callbacks.
 //! - [`doctor`]: `iris doctor`'s checks.
-//! - [`sessions`]: `iris sessions list|show|search`.
+//! - [`sessions`]: `iris sessions …`, through the daemon when one runs.
 
 pub mod admin;
+pub mod admin_client;
 pub mod agent;
 pub mod api;
 pub mod chat;

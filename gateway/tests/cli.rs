@@ -291,6 +291,40 @@ fn sessions_list_show_and_search_read_the_store() {
         run(iris(home.path()).args(["sessions", "show", "19990101_000000_000000"]));
     assert_eq!(code, 1);
     assert!(err.contains("no session"), "{err}");
+
+    // No daemon runs (nothing listens at server.bind): ending goes to the store.
+    let nobody = format!("127.0.0.1:{}", free_port());
+    let offline = |args: &[&str]| {
+        run(iris(home.path())
+            .env("IRIS__SERVER__BIND", &nobody)
+            .args(args))
+    };
+    let (code, out, err) = offline(&["sessions", "conversations"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("telegram:dm:1") && out.contains(&child),
+        "{out}"
+    );
+    let (code, out, err) = offline(&["sessions", "end", "telegram:dm:1"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("ended {child}")), "{out}");
+    let (code, out, _) = offline(&[
+        "sessions",
+        "list",
+        "--conversation",
+        "telegram:dm:1",
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+    let listed: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let reasons: Vec<&str> = listed
+        .as_array()
+        .map(|a| a.iter().filter_map(|s| s["end_reason"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(reasons, ["user_reset", "branched"], "{out}");
+    let (code, _, err) = offline(&["sessions", "end", "telegram:dm:404"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no conversation"), "{err}");
 }
 
 fn free_port() -> u16 {

@@ -334,7 +334,7 @@ pub struct ConversationFilter {
 }
 
 /// A conversation as an operator lists it: where it is now and when it was last active.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConversationSummary {
     #[serde(flatten)]
     pub conversation: Conversation,

@@ -566,10 +566,14 @@ impl Actor {
 }
 
 /// Targets whose replies are read by the caller (the webhook's HTTP answer and messages
-/// endpoint, the API's response) rather than pushed by a deliverer.
+/// endpoint, the API's response, the admin API) rather than pushed by a deliverer.
 pub fn is_pulled(target: &str) -> bool {
-    target.starts_with("webhook:") || target == "api"
+    target.starts_with("webhook:") || target == "api" || target == ADMIN_TARGET
 }
+
+/// The target (and inbox source) of what an operator asks of a conversation through the
+/// admin API.
+pub const ADMIN_TARGET: &str = "admin";
 
 /// A reply from a stored outbox payload.
 pub fn reply_from_row(inbox_id: i64, outbox_id: i64, payload: &serde_json::Value) -> TurnReply {

@@ -85,6 +85,16 @@ pub enum SubmitError {
     Store(#[from] StoreError),
 }
 
+/// Why [`Gateway::end_current_session`] did not end it.
+#[derive(Debug, thiserror::Error)]
+pub enum EndError {
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
+    /// The daemon is shutting down; the request stays in the inbox and runs on the next start.
+    #[error("the daemon is shutting down; the request runs on the next start")]
+    ShuttingDown,
+}
+
 /// Settings of the conversation runtime.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
@@ -192,6 +202,35 @@ impl Gateway {
             inbox_id,
             reply: rx,
         })
+    }
+
+    /// Ends the conversation's current session the way its own `/new` does, through its
+    /// actor: a resident actor moves to the new session at once and a running turn is
+    /// interrupted. The request is an inbox row like any message (source and target
+    /// `admin`), so it survives a restart; the reply names the new session.
+    pub async fn end_current_session(&self, key: &str) -> Result<TurnReply, EndError> {
+        let id = format!(
+            "end-{}-{:016x}",
+            chrono::Utc::now().timestamp_millis(),
+            fastrand::u64(..)
+        );
+        let submitted = self
+            .submit(Inbound {
+                source: actor::ADMIN_TARGET.to_owned(),
+                platform_message_id: id,
+                conversation_key: key.to_owned(),
+                text: "/new".to_owned(),
+                images: Vec::new(),
+                target: actor::ADMIN_TARGET.to_owned(),
+                meta: json!({}),
+                stream: None,
+            })
+            .await?;
+        match submitted {
+            Submission::Accepted { reply, .. } => reply.await.map_err(|_| EndError::ShuttingDown),
+            // Not expected (the id is fresh), but a duplicate's reply is as good.
+            Submission::Duplicate { reply, .. } => reply.ok_or(EndError::ShuttingDown),
+        }
     }
 
     /// Requeues every message accepted but not answered (a crash or restart mid-turn). Each
