@@ -31,8 +31,6 @@ pub struct ApiState {
     pub store: Arc<dyn SessionStore>,
     /// The key clients must send; `None` refuses everything.
     pub key: Option<String>,
-    /// The model name reported (the configured main model).
-    pub model: String,
 }
 
 /// The API's routes.
@@ -70,7 +68,7 @@ async fn models(State(state): State<Arc<ApiState>>, headers: HeaderMap) -> Respo
     }
     Json(json!({
         "object": "list",
-        "data": [{"id": state.model, "object": "model", "created": 0, "owned_by": "iris"}],
+        "data": [{"id": state.gateway.model_name(), "object": "model", "created": 0, "owned_by": "iris"}],
     }))
     .into_response()
 }
@@ -220,7 +218,7 @@ async fn completions(
             );
         }
     };
-    let model = state.model.clone();
+    let model = state.gateway.model_name();
     match stream_rx {
         None => match reply.await {
             Ok(reply) => whole(&id, &model, &reply),

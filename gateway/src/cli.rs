@@ -252,21 +252,7 @@ async fn serve(mut loaded: Loaded, args: ServeArgs) -> Result<()> {
             loaded.home.join("local-model").display()
         ));
         let local = crate::local_model::start(&loaded.home).await?;
-        crate::local_model::configure(&mut loaded.config.llm, &local);
-        if loaded.config.webhook.routes.is_empty() {
-            let token = crate::local_model::local_token(&loaded.home)?;
-            let mut env = (*loaded.env).clone();
-            env.insert("IRIS_LOCAL_WEBHOOK_TOKEN".into(), token.clone());
-            loaded.env = std::sync::Arc::new(env);
-            loaded.config.webhook.routes.insert(
-                "local".into(),
-                crate::config::WebhookRoute {
-                    token_env: Some("IRIS_LOCAL_WEBHOOK_TOKEN".into()),
-                    secret_env: None,
-                },
-            );
-            first_run = Some(token);
-        }
+        first_run = crate::local_model::adopt(&mut loaded, &local.base_url)?;
         Some(local)
     } else {
         None

@@ -165,7 +165,6 @@ pub async fn start(
             gateway: gateway.clone(),
             store: store.clone(),
             key,
-            model: config.llm.model.clone(),
         })));
     }
     let admin_token = loaded.secret(&config.server.admin_token_env);
@@ -179,8 +178,11 @@ pub async fn start(
     })));
     tokio::spawn(crate::reload::on_sighup(
         loaded.clone(),
-        gateway.clone(),
-        runtime.access.clone(),
+        crate::reload::Live {
+            gateway: gateway.clone(),
+            access: runtime.access.clone(),
+            store: store.clone(),
+        },
         stop.clone(),
     ));
     let (done, drained) = tokio::sync::oneshot::channel();

@@ -100,11 +100,35 @@ pub async fn start(home: &Path) -> Result<LocalModel> {
 }
 
 /// `[llm]` pointed at the local server.
-pub fn configure(llm: &mut LlmConfig, local: &LocalModel) {
-    llm.base_url = local.base_url.clone();
+fn configure(llm: &mut LlmConfig, base_url: &str) {
+    llm.base_url = base_url.to_owned();
     llm.model = "smollm2".into();
     llm.context_length = CONTEXT;
     llm.max_output_tokens = 256;
+}
+
+/// Points `loaded` at the local server at `base_url` and, when no webhook route is configured,
+/// adds the first run's `local` route (its token in `$IRIS_LOCAL_WEBHOOK_TOKEN`, kept in
+/// `$IRIS_HOME/local-webhook-token`). Returns that token when the route was added. Used at
+/// start and again on every config reload, so a reload sees the configuration the daemon runs.
+pub fn adopt(loaded: &mut Loaded, base_url: &str) -> Result<Option<String>> {
+    configure(&mut loaded.config.llm, base_url);
+    loaded.local_model = Some(base_url.to_owned());
+    if !loaded.config.webhook.routes.is_empty() {
+        return Ok(None);
+    }
+    let token = local_token(&loaded.home)?;
+    let mut env = (*loaded.env).clone();
+    env.insert("IRIS_LOCAL_WEBHOOK_TOKEN".into(), token.clone());
+    loaded.env = std::sync::Arc::new(env);
+    loaded.config.webhook.routes.insert(
+        "local".into(),
+        crate::config::WebhookRoute {
+            token_env: Some("IRIS_LOCAL_WEBHOOK_TOKEN".into()),
+            secret_env: None,
+        },
+    );
+    Ok(Some(token))
 }
 
 /// The server binary and model file, installing them first when missing or damaged.

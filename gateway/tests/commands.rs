@@ -374,3 +374,40 @@ async fn collect_mode_answers_what_arrived_mid_turn_in_one_next_turn() {
     assert_eq!(fake.requests().len(), 2, "one turn for both");
     assert_eq!(last_user_text(&fake), "part a\n\npart b");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resident_conversation_follows_a_reloaded_default_busy_mode_and_agent() {
+    let fake = FakeOpenAi::start([
+        Reply::text("queued mode"),
+        Reply::stalled("an answer nobody will"),
+        Reply::text("the newest answered"),
+    ])
+    .await
+    .expect("fake");
+    let other = FakeOpenAi::start([Reply::text("from the new agent")])
+        .await
+        .expect("fake");
+    let w = world(&fake, RuntimeConfig::default()).await;
+    // Resident, in the default (queue) mode, with no mode of its own.
+    assert_eq!(say(&w, "1", "hello").await.text, "queued mode");
+
+    w.gateway
+        .set_busy_mode(gateway::config::BusyMode::Interrupt);
+    let old = send(&w, "2", "old question").await;
+    wait_for(|| fake.requests().len() == 2).await;
+    let new = send(&w, "3", "new question").await;
+    let (old, new) = (answer(old).await, answer(new).await);
+    assert_eq!(
+        old.error.as_deref(),
+        Some("interrupted"),
+        "the running actor took the new default"
+    );
+    assert_eq!(new.text, "the newest answered");
+
+    // A swapped agent answers the next turn, with the conversation's history.
+    w.gateway.set_agent(common::agent(&other, w.store.clone()));
+    assert_eq!(say(&w, "4", "and now?").await.text, "from the new agent");
+    assert_eq!(fake.requests().len(), 3);
+    let body = other.requests()[0].body.to_string();
+    assert!(body.contains("new question"), "{body}");
+}

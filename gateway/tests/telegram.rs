@@ -720,7 +720,7 @@ async fn readiness_says_when_telegram_is_not_receiving() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sighup_reloads_the_allowlist_and_names_what_needs_a_restart() {
+async fn sighup_reloads_the_allowlist_and_the_model_and_names_what_needs_a_restart() {
     let (model, telegram, home) = fakes(vec![Reply::text("Now I know you.")]).await;
     let iris = iris(home.path()).await;
     let group = From::group(-1_005, 555);
@@ -735,7 +735,11 @@ async fn sighup_reloads_the_allowlist_and_names_what_needs_a_restart() {
             "allowed_users = [\"42\", \"@User7\"]",
             "allowed_users = [\"42\", \"555\"]",
         )
-        .replace("model = \"main\"", "model = \"other\"");
+        .replace("model = \"main\"", "model = \"other\"")
+        .replace(
+            "[telegram]",
+            "[server]\nshutdown_grace_secs = 7\n\n[telegram]",
+        );
     std::fs::write(&path, config).expect("config");
     let hup = std::process::Command::new("kill")
         .args(["-HUP", &iris.child.id().to_string()])
@@ -751,11 +755,17 @@ async fn sighup_reloads_the_allowlist_and_names_what_needs_a_restart() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(
-        log.contains("configuration reloaded") && log.contains("telegram access"),
+        log.contains("configuration reloaded")
+            && log.contains("telegram access")
+            && log.contains("the agent (models"),
         "{log}"
     );
+    let restart = log
+        .lines()
+        .find(|l| l.contains("need a restart"))
+        .unwrap_or_default();
     assert!(
-        log.contains("need a restart") && log.contains("llm"),
+        restart.contains("server") && !restart.contains("llm"),
         "{log}"
     );
 
@@ -764,7 +774,7 @@ async fn sighup_reloads_the_allowlist_and_names_what_needs_a_restart() {
     assert_eq!(sent, ["Now I know you."]);
     assert_eq!(
         model.requests()[0].body["model"],
-        "main",
-        "the model change waits for a restart"
+        "other",
+        "the new model answers without a restart"
     );
 }

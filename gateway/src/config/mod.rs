@@ -491,6 +491,9 @@ pub struct Loaded {
     pub home: PathBuf,
     /// The environment it was loaded from; secrets are read from here.
     pub env: Arc<Env>,
+    /// The first run's local model server this configuration was pointed at
+    /// ([`crate::local_model::adopt`]), if any.
+    pub local_model: Option<String>,
 }
 
 impl Loaded {
@@ -613,6 +616,7 @@ pub fn load_with(explicit: Option<&Path>, env: Env) -> Result<Loaded> {
         file,
         home,
         env: Arc::new(env),
+        local_model: None,
     })
 }
 

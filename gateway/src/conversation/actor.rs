@@ -66,7 +66,8 @@ pub struct Notice {
 /// What an actor needs.
 pub(super) struct Deps {
     pub store: Arc<dyn SessionStore>,
-    pub agent: Arc<Agent>,
+    /// The agent new turns run with; a config reload swaps it (running turns keep theirs).
+    pub agent: std::sync::RwLock<Arc<Agent>>,
     pub idle_ttl: Duration,
     /// The default busy mode (changed by a config reload; a conversation's own setting wins).
     pub busy_mode: std::sync::RwLock<BusyMode>,
@@ -76,6 +77,21 @@ pub(super) struct Deps {
     pub draining: std::sync::atomic::AtomicBool,
     /// Turns running now.
     pub active: AtomicUsize,
+}
+
+impl Deps {
+    /// The agent a turn starting now runs with.
+    pub fn agent(&self) -> Arc<Agent> {
+        match self.agent.read() {
+            Ok(agent) => agent.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// The busy mode of conversations without their own.
+    pub fn default_busy_mode(&self) -> BusyMode {
+        self.busy_mode.read().map_or(BusyMode::Queue, |mode| *mode)
+    }
 }
 
 pub(super) struct Actor {
@@ -90,7 +106,9 @@ pub(super) struct Actor {
 /// The conversation as the actor holds it between jobs.
 struct Live {
     state: ConversationState,
-    mode: BusyMode,
+    /// The conversation's own busy mode (its settings); `None` follows the default, which a
+    /// config reload may change while the actor lives.
+    mode: Option<BusyMode>,
 }
 
 /// What arrived while a turn ran, sorted by what must happen to it.
@@ -239,7 +257,9 @@ impl Actor {
         self.deps.active.fetch_add(1, Ordering::SeqCst);
         let _running = Running(&self.deps.active);
         let steering = conversation.state.steering.clone();
-        let mode = conversation.mode;
+        let mode = conversation
+            .mode
+            .unwrap_or_else(|| self.deps.default_busy_mode());
         let session_at_start = conversation.state.session_id.clone();
         let span = tracing::info_span!(
             "turn",
@@ -269,10 +289,9 @@ impl Actor {
                     let _ = stream.send(delta);
                 }
             };
+            let agent = self.deps.agent();
             let running = tracing::Instrument::instrument(
-                self.deps
-                    .agent
-                    .run_message(&mut conversation.state, input, &on_event, &cancel),
+                agent.run_message(&mut conversation.state, input, &on_event, &cancel),
                 span.clone(),
             );
             tokio::pin!(running);
@@ -554,13 +573,7 @@ impl Actor {
         };
         let mut state = ConversationState::new(conversation.id, session_id);
         state.model = conversation.settings["model"].as_str().map(str::to_owned);
-        let mode = serde_json::from_value(conversation.settings["busy_mode"].clone())
-            .unwrap_or_else(|_| {
-                self.deps
-                    .busy_mode
-                    .read()
-                    .map_or(BusyMode::Queue, |mode| *mode)
-            });
+        let mode = serde_json::from_value(conversation.settings["busy_mode"].clone()).ok();
         Ok(Live { state, mode })
     }
 }

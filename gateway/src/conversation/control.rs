@@ -60,7 +60,7 @@ pub(super) async fn run(
         Command::Compress(focus) => {
             let cancel = CancellationToken::new();
             match deps
-                .agent
+                .agent()
                 .compress_now(state, focus.as_deref(), &|_: TurnEvent| {}, &cancel)
                 .await
             {
@@ -115,7 +115,7 @@ pub(super) async fn run(
         Command::Model(Some(name)) => {
             let name = name.trim().to_owned();
             let supported = deps
-                .agent
+                .agent()
                 .providers
                 .first()
                 .is_some_and(|p| p.with_model(&name).is_some());
@@ -317,7 +317,7 @@ fn model_name(deps: &Deps, state: &ConversationState) -> String {
     state
         .model
         .clone()
-        .or_else(|| deps.agent.providers.first().map(|p| p.model().to_owned()))
+        .or_else(|| deps.agent().providers.first().map(|p| p.model().to_owned()))
         .unwrap_or_else(|| "(none configured)".into())
 }
 
@@ -327,14 +327,14 @@ async fn status(deps: &Deps, state: &ConversationState) -> Result<String, StoreE
         .context
         .context_length
         .or_else(|| {
-            deps.agent
+            deps.agent()
                 .providers
                 .first()
                 .map(|p| p.spec().context_length)
         })
         .unwrap_or(0);
     let threshold = deps
-        .agent
+        .agent()
         .compressor
         .as_ref()
         .map(|c| c.settings.threshold(window));

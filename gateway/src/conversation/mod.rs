@@ -137,7 +137,7 @@ impl Gateway {
         let (notices, _) = broadcast::channel(256);
         let deps = Arc::new(actor::Deps {
             store: store.clone(),
-            agent,
+            agent: std::sync::RwLock::new(agent),
             idle_ttl: config.idle_ttl,
             busy_mode: std::sync::RwLock::new(config.busy_mode),
             queue_cap: config.queue_cap,
@@ -293,11 +293,31 @@ impl Gateway {
         }
     }
 
-    /// Sets the default busy mode for conversations loaded from now on.
+    /// Sets the default busy mode: every conversation without its own follows it from its
+    /// next turn on.
     pub fn set_busy_mode(&self, mode: BusyMode) {
         if let Ok(mut current) = self.deps.busy_mode.write() {
             *current = mode;
         }
+    }
+
+    /// Swaps the agent (models, tools, prompt, compression): turns that start from now on run
+    /// with `agent`; running turns finish with the one they started with.
+    pub fn set_agent(&self, agent: Arc<Agent>) {
+        match self.deps.agent.write() {
+            Ok(mut current) => *current = agent,
+            Err(poisoned) => *poisoned.into_inner() = agent,
+        }
+    }
+
+    /// The main model's name (what the OpenAI-compatible API reports).
+    pub fn model_name(&self) -> String {
+        self.deps
+            .agent()
+            .providers
+            .first()
+            .map(|p| p.model().to_owned())
+            .unwrap_or_default()
     }
 
     /// Turns running now.
