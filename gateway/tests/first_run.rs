@@ -9,6 +9,26 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+/// Sends `text` to the first run's webhook route and returns the JSON answer.
+async fn ask(port: u16, token: &str, text: &str, home: &std::path::Path) -> Value {
+    reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/hooks/local"))
+        .bearer_auth(token)
+        .json(&serde_json::json!({"conversation": "me", "user": "me", "text": text}))
+        .timeout(Duration::from_secs(120))
+        .send()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "send: {e}\nthe daemon said:\n{}",
+                std::fs::read_to_string(home.join("iris.log")).unwrap_or_default()
+            )
+        })
+        .json()
+        .await
+        .expect("json")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyless_first_run_chats_with_the_local_model() {
     if Command::new("python3").arg("--version").output().is_err() {
@@ -91,22 +111,7 @@ async fn a_keyless_first_run_chats_with_the_local_model() {
     );
     assert!(home.path().join("local-model/venv").exists());
 
-    let reply: Value = reqwest::Client::new()
-        .post(format!("http://127.0.0.1:{port}/hooks/local"))
-        .bearer_auth(token)
-        .json(&serde_json::json!({"conversation": "me", "user": "me", "text": "Hello!"}))
-        .timeout(Duration::from_secs(120))
-        .send()
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "send: {e}\nthe daemon said:\n{}",
-                std::fs::read_to_string(home.path().join("iris.log")).unwrap_or_default()
-            )
-        })
-        .json()
-        .await
-        .expect("json");
+    let reply = ask(port, token, "Hello!", home.path()).await;
     assert!(
         reply["reply"]
             .as_str()
@@ -135,17 +140,7 @@ async fn a_keyless_first_run_chats_with_the_local_model() {
         !log.contains("need a restart") && !log.contains("the agent (models"),
         "{log}"
     );
-    let again: Value = reqwest::Client::new()
-        .post(format!("http://127.0.0.1:{port}/hooks/local"))
-        .bearer_auth(token)
-        .json(&serde_json::json!({"conversation": "me", "user": "me", "text": "Still there?"}))
-        .timeout(Duration::from_secs(120))
-        .send()
-        .await
-        .expect("send")
-        .json()
-        .await
-        .expect("json");
+    let again = ask(port, token, "Still there?", home.path()).await;
     assert!(again["error"].is_null(), "{again}");
 
     // A clean stop takes the model server down with it.
