@@ -124,6 +124,21 @@ async fn the_follower_streams_filtered_lines_and_reconnects() {
     for line in &seen {
         let parsed: serde_json::Value = serde_json::from_str(line).expect("JSON lines");
         assert!(!line.contains("webhook:ops:beta"), "filtered out: {parsed}");
+        if parsed["fields"]["message"] == "turn finished" {
+            // In a turn span (session, source) inside the conversation's span.
+            let mut spans = parsed["spans"].as_array().cloned().unwrap_or_default();
+            spans.push(parsed["span"].clone());
+            let named = |name: &str| {
+                spans
+                    .iter()
+                    .find(|s| s["name"] == name)
+                    .cloned()
+                    .unwrap_or_else(|| panic!("no {name} span: {parsed}"))
+            };
+            assert_eq!(named("conversation")["conversation"], "webhook:ops:alpha");
+            assert_eq!(named("turn")["source"], "webhook");
+            assert!(named("turn")["session"].as_str().is_some(), "{parsed}");
+        }
     }
     let human = until(&human_lines, "conversation=webhook:ops:alpha");
     assert!(

@@ -261,9 +261,9 @@ impl Actor {
             .mode
             .unwrap_or_else(|| self.deps.default_busy_mode());
         let session_at_start = conversation.state.session_id.clone();
+        // A child of the actor's `conversation` span.
         let span = tracing::info_span!(
             "turn",
-            conversation = %self.key,
             session = %session_at_start,
             source = %job.inbox.source,
         );

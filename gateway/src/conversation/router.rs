@@ -110,7 +110,9 @@ impl Router {
             router: Arc::downgrade(&self.inner),
             load: load.clone(),
         };
-        tokio::spawn(actor.run(rx));
+        // Everything the actor logs (its turns included) carries the conversation.
+        let span = tracing::info_span!("conversation", conversation = %key);
+        tokio::spawn(tracing::Instrument::instrument(actor.run(rx), span));
         actors.insert(
             key.to_owned(),
             Entry {
