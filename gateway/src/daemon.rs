@@ -66,6 +66,12 @@ pub async fn start(
     );
     let weak = Arc::downgrade(&gateway);
     metrics.gauge(
+        "iris_conversations_active",
+        "Conversations with a turn running now (one turn at a time per conversation).",
+        Box::new(move || weak.upgrade().map_or(0.0, |g| g.active_turns() as f64)),
+    );
+    let weak = Arc::downgrade(&gateway);
+    metrics.gauge(
         "iris_queue_depth",
         "Messages given to conversations and not answered yet (running turns included).",
         Box::new(move || weak.upgrade().map_or(0.0, |g| g.pending() as f64)),

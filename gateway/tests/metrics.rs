@@ -65,6 +65,7 @@ async fn metrics_count_turns_calls_tokens_and_failures_without_ids() {
         "iris_tokens_total{direction=\"out\"} 30",
         "iris_estimated_cost_usd_total 0.00018",
         "iris_conversations_resident 2",
+        "iris_conversations_active 0",
     ] {
         assert!(
             text.lines().any(|l| l == line),
