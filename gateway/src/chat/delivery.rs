@@ -28,7 +28,7 @@ impl Runner {
         stop: CancellationToken,
     ) {
         let name = self.caps.name;
-        let mut finished = std::collections::HashSet::new();
+        let mut finished = Recent::default();
         let mut sweep = tokio::time::interval(SWEEP);
         loop {
             let due = tokio::select! {
@@ -43,7 +43,7 @@ impl Runner {
                 },
             };
             for delivery in due {
-                if finished.contains(&delivery.id) {
+                if finished.contains(delivery.id) {
                     continue;
                 }
                 match self.deliver_one(&delivery).await {
@@ -122,6 +122,36 @@ impl Runner {
     }
 }
 
+/// How many finished rows a delivery task remembers.
+const REMEMBERED: usize = 4_096;
+
+/// The rows this task finished lately. A row handed over as its turn answered can also turn up
+/// in a sweep that read it while it was still pending, so the task must know it sent it; once
+/// far more rows have gone by than could still be in flight, it forgets the oldest, so memory
+/// stays bounded however long the daemon runs.
+#[derive(Default)]
+struct Recent {
+    ids: std::collections::HashSet<i64>,
+    order: std::collections::VecDeque<i64>,
+}
+
+impl Recent {
+    fn contains(&self, id: i64) -> bool {
+        self.ids.contains(&id)
+    }
+
+    fn insert(&mut self, id: i64) {
+        if self.ids.insert(id) {
+            self.order.push_back(id);
+        }
+        while self.order.len() > REMEMBERED {
+            if let Some(oldest) = self.order.pop_front() {
+                self.ids.remove(&oldest);
+            }
+        }
+    }
+}
+
 /// A reply to send: its outbox row, where it goes, and its text.
 pub(crate) struct Delivery {
     pub id: i64,
@@ -189,5 +219,18 @@ mod tests {
         );
         assert!(Delivery::from_row("discord", &row("telegram:1", serde_json::json!({}))).is_none());
         assert!(Delivery::from_row("tele", &row("telegram:1", serde_json::json!({}))).is_none());
+    }
+
+    #[test]
+    fn finished_rows_are_remembered_up_to_a_bound() {
+        let mut recent = Recent::default();
+        for id in 0..(REMEMBERED as i64 + 10) {
+            recent.insert(id);
+            recent.insert(id);
+        }
+        assert!(!recent.contains(9), "the oldest are forgotten");
+        assert!(recent.contains(10) && recent.contains(REMEMBERED as i64 + 9));
+        assert_eq!(recent.ids.len(), REMEMBERED);
+        assert_eq!(recent.order.len(), REMEMBERED);
     }
 }
