@@ -147,13 +147,21 @@ async fn conversations(
     }
 }
 
-/// A conversation by its numeric id or its key (`telegram:dm:42`).
-async fn find_conversation(store: &dyn SessionStore, which: &str) -> Result<Conversation, Refusal> {
-    let found = match which.parse::<i64>() {
+/// A conversation by its numeric id or its key (`telegram:dm:42`; a key always has a
+/// `source:` prefix, so it never reads as a number).
+pub async fn conversation_by_id_or_key(
+    store: &dyn SessionStore,
+    which: &str,
+) -> Result<Option<Conversation>, agent_core::store::StoreError> {
+    match which.parse::<i64>() {
         Ok(id) => store.conversation_by_id(id).await,
         Err(_) => store.conversation_by_key(which).await,
-    };
-    match found {
+    }
+}
+
+/// [`conversation_by_id_or_key`], or the refusal to answer with.
+async fn find_conversation(store: &dyn SessionStore, which: &str) -> Result<Conversation, Refusal> {
+    match conversation_by_id_or_key(store, which).await {
         Ok(Some(conversation)) => Ok(conversation),
         Ok(None) => Err(error(
             StatusCode::NOT_FOUND,

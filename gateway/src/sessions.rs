@@ -13,8 +13,8 @@
 use std::sync::Arc;
 
 use agent_core::store::{
-    ConversationFilter, ConversationSummary, EndReason, Message, Role, Rotation, SearchHit,
-    SearchQuery, Session, SessionFilter, SessionSpec, SessionStore,
+    ConversationFilter, ConversationSummary, Message, Role, Rotation, SearchHit, SearchQuery,
+    Session, SessionFilter, SessionStore,
 };
 use anyhow::{Context, Result, anyhow, bail};
 use serde_json::Value;
@@ -154,14 +154,7 @@ impl Via {
                     .current_session_id
                     .ok_or_else(|| anyhow!("conversation {which:?} has no current session"))?;
                 let fresh = store
-                    .rotate(&Rotation {
-                        conversation_id: conversation.id,
-                        from_session_id: current.clone(),
-                        end_reason: EndReason::UserReset,
-                        link_parent: false,
-                        spec: SessionSpec::default(),
-                        messages: Vec::new(),
-                    })
+                    .rotate(&Rotation::reset(conversation.id, &current, None))
                     .await?;
                 Ok(Ended {
                     key: conversation.key,
@@ -197,11 +190,9 @@ async fn find_conversation(
     store: &dyn SessionStore,
     which: &str,
 ) -> Result<agent_core::store::Conversation> {
-    let found = match which.parse::<i64>() {
-        Ok(id) => store.conversation_by_id(id).await?,
-        Err(_) => store.conversation_by_key(which).await?,
-    };
-    found.ok_or_else(|| anyhow!("no conversation {which:?}"))
+    crate::admin::conversation_by_id_or_key(store, which)
+        .await?
+        .ok_or_else(|| anyhow!("no conversation {which:?}"))
 }
 
 /// Runs one `sessions` subcommand.

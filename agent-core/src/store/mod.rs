@@ -110,6 +110,25 @@ pub struct Rotation {
     pub messages: Vec<NewMessage>,
 }
 
+impl Rotation {
+    /// What `/new` does: end `from_session_id` as a user reset and start an unlinked, empty
+    /// session, titled `title` when given.
+    pub fn reset(conversation_id: i64, from_session_id: &str, title: Option<String>) -> Self {
+        Self {
+            conversation_id,
+            from_session_id: from_session_id.to_owned(),
+            end_reason: EndReason::UserReset,
+            link_parent: false,
+            spec: SessionSpec {
+                title,
+                model: None,
+                system_prompt: None,
+            },
+            messages: Vec::new(),
+        }
+    }
+}
+
 /// The durable memory of every conversation. Both backends behave the same; see the module docs.
 #[async_trait]
 pub trait SessionStore: Send + Sync + 'static {

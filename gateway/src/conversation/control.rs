@@ -3,9 +3,7 @@
 //! conversation always points at exactly one current session.
 
 use agent_core::agent::{ConversationState, TurnEvent};
-use agent_core::store::{
-    EndReason, Role, Rotation, SearchQuery, Session, SessionFilter, SessionSpec, StoreError,
-};
+use agent_core::store::{Role, Rotation, SearchQuery, Session, SessionFilter, StoreError};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -178,18 +176,11 @@ async fn rotate_fresh(
 ) -> Result<Session, StoreError> {
     let session = deps
         .store
-        .rotate(&Rotation {
-            conversation_id: state.conversation_id,
-            from_session_id: state.session_id.clone(),
-            end_reason: EndReason::UserReset,
-            link_parent: false,
-            spec: SessionSpec {
-                title: title.map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()),
-                model: None,
-                system_prompt: None,
-            },
-            messages: Vec::new(),
-        })
+        .rotate(&Rotation::reset(
+            state.conversation_id,
+            &state.session_id,
+            title.map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()),
+        ))
         .await?;
     switch_to(state, session.clone());
     Ok(session)
