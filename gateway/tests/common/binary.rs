@@ -17,7 +17,7 @@ impl Drop for Iris {
     }
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -60,10 +60,10 @@ pub fn webhook_config(model_url: &str, route: &str, extra: &str) -> String {
     )
 }
 
-/// Starts `iris serve` with `$IRIS_HOME = home` (its `iris.toml` is the test's) and `env`.
-pub async fn start(home: &Path, env: &[(&str, &str)]) -> Iris {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_iris"))
+/// Spawns `iris serve` on `port` with `$IRIS_HOME = home`, a clean environment plus `env`, its
+/// stdout to `stdout` and its log appended to `home/iris.log` (`log(home)`).
+pub fn spawn(home: &Path, port: u16, env: &[(&str, &str)], stdout: Stdio) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_iris"))
         .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -71,8 +71,7 @@ pub async fn start(home: &Path, env: &[(&str, &str)]) -> Iris {
         .env("IRIS_HOME", home)
         .env("NO_COLOR", "1")
         .envs(env.iter().copied())
-        .stdout(Stdio::null())
-        // The daemon's log, for a failing test to show (`log(home)`).
+        .stdout(stdout)
         .stderr(
             std::fs::OpenOptions::new()
                 .create(true)
@@ -82,7 +81,14 @@ pub async fn start(home: &Path, env: &[(&str, &str)]) -> Iris {
                 .unwrap_or_else(|_| Stdio::null()),
         )
         .spawn()
-        .expect("start iris");
+        .expect("start iris")
+}
+
+/// Starts `iris serve` with `$IRIS_HOME = home` (its `iris.toml` is the test's) and `env`, and
+/// waits until it answers `/healthz`.
+pub async fn start(home: &Path, env: &[(&str, &str)]) -> Iris {
+    let port = free_port();
+    let child = spawn(home, port, env, Stdio::null());
     let iris = Iris {
         child,
         base: format!("http://127.0.0.1:{port}"),
