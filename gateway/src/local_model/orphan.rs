@@ -68,16 +68,25 @@ mod tests {
     use std::process::{Child, Command};
     use std::time::Duration;
 
-    /// A process that stays up with `arg` on its command line.
+    /// A process that stays up with `arg` on its command line (returned once its command line
+    /// shows it: right after the fork it is still the test's own).
     fn holding(arg: &Path) -> Child {
         // Its `sleep` outlives a stopped `sh` for a while: no shared output to hold open.
-        Command::new("sh")
+        let child = Command::new("sh")
             .args(["-c", "sleep 10; :", "sh"])
             .arg(arg)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
-            .expect("sh")
+            .expect("sh");
+        let pid = i32::try_from(child.id()).expect("pid");
+        for _ in 0..100 {
+            if runs_with(pid, arg) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        child
     }
 
     fn exited(child: &mut Child) -> bool {
